@@ -1,0 +1,49 @@
+"""Where a rollout's policy calls go: an OpenAI-compatible inference endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from ._errors import ConfigurationError
+
+ApiKind = Literal["responses", "chat"]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible server (vLLM, OpenAI, a trainer's recorder) and how to call it.
+
+    ``base_url`` includes the version prefix (``http://host:8000/v1``). ``api`` picks the protocol
+    the upstream speaks: ``responses`` passes Gym's Responses requests through, ``chat`` converts
+    them to and from Chat Completions. ``sampling_args`` are defaults merged under each request's own.
+    The API key is never shown by ``repr`` and never sent to Gym processes.
+    """
+
+    base_url: str
+    model: str
+    api_key: str = field(default="EMPTY", repr=False)
+    api: ApiKind = "responses"
+    sampling_args: dict[str, Any] = field(default_factory=dict)
+    extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigurationError(
+                f"Endpoint base_url {self.base_url!r} is not an http(s) URL with a host; "
+                "pass something like 'http://127.0.0.1:8000/v1'."
+            )
+        if self.api not in ("responses", "chat"):
+            raise ConfigurationError(f"Endpoint api must be 'responses' or 'chat', not {self.api!r}.")
+        if not self.model:
+            raise ConfigurationError("Endpoint model must be a non-empty model name.")
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+
+    @property
+    def label(self) -> str:
+        """A name safe to log and save (never the key)."""
+        return self.name or f"{self.model}@{self.base_url}"
