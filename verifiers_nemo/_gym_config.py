@@ -1,0 +1,102 @@
+"""Reading NeMo Gym server configs without importing nemo_gym.
+
+A Gym config YAML maps instance names to ``{server_type: {implementation: {entrypoint, ...}}}``;
+a reference to another server is ``{type: <server_type>, name: <instance>}``. This module reads
+just enough of that to launch a stack: which instances exist, of what kind, and what they need.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
+POLICY_MODEL = "policy_model"
+
+
+@dataclass(frozen=True)
+class ServerInstance:
+    """One server entry of a Gym config."""
+
+    name: str
+    """The instance name (top-level key), e.g. ``example_multi_step_simple_agent``."""
+    server_type: str
+    """``resources_servers``, ``responses_api_agents`` or ``responses_api_models``."""
+    implementation: str
+    """The server's directory name under its type, e.g. ``simple_agent``."""
+    config: dict[str, Any] = field(repr=False, compare=False, hash=False)
+
+    @property
+    def rel_dir(self) -> Path:
+        return Path(self.server_type, self.implementation)
+
+    @property
+    def override_prefix(self) -> str:
+        """The dotted path of this instance's settings, for ``++key=value`` overrides."""
+        return f"{self.name}.{self.server_type}.{self.implementation}"
+
+    def references(self) -> list[tuple[str, str]]:
+        """Other servers this one refers to, as ``(server_type, instance_name)``."""
+        refs = []
+        for value in self.config.values():
+            if isinstance(value, dict) and set(value) >= {"type", "name"} and value["type"] in SERVER_TYPES:
+                refs.append((value["type"], value["name"]))
+        return refs
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    return data if isinstance(data, dict) else {}
+
+
+def server_instances(config: dict[str, Any]) -> list[ServerInstance]:
+    """Every server entry (a top-level key with an ``entrypoint`` two levels down)."""
+    found = []
+    for name, value in config.items():
+        if not isinstance(value, dict) or len(value) != 1:
+            continue
+        ((server_type, inner),) = value.items()
+        if server_type not in SERVER_TYPES or not isinstance(inner, dict) or len(inner) != 1:
+            continue
+        ((implementation, settings),) = inner.items()
+        if isinstance(settings, dict) and "entrypoint" in settings:
+            found.append(ServerInstance(name, server_type, implementation, settings))
+    return found
+
+
+def merged_configs(paths: list[Path]) -> dict[str, Any]:
+    """Top-level merge of several config files (later files win per instance)."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged.update(load_yaml(path))
+    return merged
+
+
+_NEMO_GYM_LINE = re.compile(r"(^-e\s+\.\./\.\./?$)|(^-e\s+nemo-gym)|(^nemo-gym\b)|(@\s*\.\./\.\./?$)")
+
+
+def server_requirements(server_dir: Path) -> list[str]:
+    """What a server's ``requirements.txt`` / ``pyproject.toml`` asks for beyond nemo-gym itself."""
+    reqs: list[str] = []
+    txt = server_dir / "requirements.txt"
+    toml = server_dir / "pyproject.toml"
+    if txt.exists():
+        for raw in txt.read_text().splitlines():
+            line = raw.split(" #", 1)[0].strip()
+            if not line or line.startswith("#") or line.startswith("--"):
+                continue
+            if _NEMO_GYM_LINE.search(line):
+                continue
+            reqs.append(line)
+    elif toml.exists():
+        data = tomllib.loads(toml.read_text())
+        for dep in data.get("project", {}).get("dependencies", []):
+            if not re.match(r"^nemo[-_]gym\b", dep.strip()):
+                reqs.append(dep.strip())
+    return reqs

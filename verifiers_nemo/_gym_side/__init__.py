@@ -1,0 +1,1 @@
+"""Scripts run *by path* inside the Gym runtime interpreter (standard library only)."""

@@ -1,0 +1,217 @@
+"""The Gym runtime: an interpreter that has nemo-gym, found or built once.
+
+The harness process never imports ``nemo_gym``; it launches the runtime's own ``ng_run`` and
+speaks HTTP. The runtime is, in order of preference:
+
+1. the interpreter named by ``gym_python=`` or ``VERIFIERS_NEMO_GYM_PYTHON``;
+2. the current interpreter, when ``nemo_gym`` is importable here;
+3. a managed venv built once with ``uv`` into the cache directory and reused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import GymRuntimeError
+
+logger = logging.getLogger(__name__)
+
+NEMO_GYM_REQUIREMENT = "nemo-gym>=0.4.0,<0.5"
+GYM_PYTHON_ENV_VAR = "VERIFIERS_NEMO_GYM_PYTHON"
+CACHE_DIR_ENV_VAR = "VERIFIERS_NEMO_CACHE_DIR"
+
+_PROBE = (
+    "import importlib.util, json, sys, importlib.metadata as m\n"
+    "spec = importlib.util.find_spec('nemo_gym')\n"
+    "print(json.dumps({'origin': spec and spec.origin, 'prefix': sys.prefix,"
+    " 'version': spec and m.version('nemo-gym'), 'python': list(sys.version_info[:3])}))\n"
+)
+
+
+def cache_dir() -> Path:
+    """Where verifiers_nemo keeps the managed runtime, run directories and logs."""
+    explicit = os.environ.get(CACHE_DIR_ENV_VAR)
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "verifiers-nemo"
+
+
+@dataclass(frozen=True)
+class GymRuntime:
+    """An interpreter with nemo-gym installed, and where its packaged servers live."""
+
+    python: Path
+    """The interpreter (not resolved: a venv's ``bin/python`` keeps its venv)."""
+    prefix: Path
+    """``sys.prefix`` of that interpreter."""
+    root: Path
+    """The directory holding ``nemo_gym/``, ``resources_servers/``, ``responses_api_agents/``..."""
+    nemo_gym_version: str
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.python.parent
+
+    @property
+    def ng_run(self) -> Path:
+        return self.bin_dir / "ng_run"
+
+
+def find_python312() -> Path:
+    """A Python >= 3.12 to build the managed runtime with, or a clear error naming what to install."""
+    candidates: list[Path] = []
+    if sys.version_info >= (3, 12):
+        candidates.append(Path(sys.executable))
+    pyenv_root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
+    versions = Path(pyenv_root) / "versions"
+    if versions.is_dir():
+        for entry in sorted(versions.iterdir(), reverse=True):
+            if entry.name.startswith("3.12."):
+                candidates.append(entry / "bin" / "python3")
+    for name in ("python3.12", "python3.13"):
+        found = shutil.which(name)
+        if found:
+            candidates.append(Path(found))
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate
+    raise GymRuntimeError(
+        "nemo-gym 0.4 needs Python 3.12, and none was found (looked at this interpreter, "
+        f"{versions}/3.12.*, python3.12 and python3.13 on PATH). Install one, e.g. "
+        "`pyenv install 3.12` or `apt-get install python3.12`, or point "
+        f"{GYM_PYTHON_ENV_VAR} at an interpreter that already has nemo-gym."
+    )
+
+
+def _probe(python: Path) -> dict:
+    try:
+        out = subprocess.run(
+            [str(python), "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except FileNotFoundError as exc:
+        raise GymRuntimeError(f"Gym interpreter {python} does not exist.") from exc
+    except subprocess.CalledProcessError as exc:
+        raise GymRuntimeError(f"Gym interpreter {python} failed to start: {exc.stderr.strip()}") from exc
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _runtime_from_probe(python: Path, info: dict) -> GymRuntime:
+    origin = Path(info["origin"])  # .../site-packages/nemo_gym/__init__.py
+    return GymRuntime(
+        python=python,
+        prefix=Path(info["prefix"]),
+        root=origin.parent.parent,
+        nemo_gym_version=info["version"],
+    )
+
+
+def _current_runtime() -> GymRuntime | None:
+    spec = importlib.util.find_spec("nemo_gym")
+    if spec is None or spec.origin is None:
+        return None
+    from importlib import metadata
+
+    python = Path(sys.executable)
+    if not python.exists():  # pragma: no cover - embedded interpreters
+        return None
+    return GymRuntime(
+        python=python,
+        prefix=Path(sys.prefix),
+        root=Path(spec.origin).parent.parent,
+        nemo_gym_version=metadata.version("nemo-gym"),
+    )
+
+
+def _find_uv() -> list[str]:
+    found = shutil.which("uv")
+    if found:
+        return [found]
+    if importlib.util.find_spec("uv") is not None:
+        return [sys.executable, "-m", "uv"]
+    raise GymRuntimeError(
+        "Building the managed Gym runtime needs `uv`: `pip install uv`, or install nemo-gym here with "
+        "`pip install 'verifiers-nemo[nemogym]'`, or set "
+        f"{GYM_PYTHON_ENV_VAR} to an interpreter that has nemo-gym."
+    )
+
+
+def _managed_runtime(build: bool) -> GymRuntime:
+    venv = cache_dir() / "gym-runtime" / "nemo-gym-0.4-py312"
+    python = venv / "bin" / "python"
+    marker = venv / ".verifiers-nemo-complete"
+    if marker.exists():
+        return _runtime_from_probe(python, _probe(python))
+    if not build:
+        raise GymRuntimeError(f"No Gym runtime: nemo-gym is not importable here and {venv} is not built.")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it right now
+        if not marker.exists():
+            base = find_python312()
+            uv = _find_uv()
+            env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+            logger.info("Building the Gym runtime in %s (once; nemo-gym is large)", venv)
+            try:
+                subprocess.run(
+                    [*uv, "venv", "-q", "--clear", "-p", str(base), str(venv)], env=env, check=True
+                )
+                subprocess.run(
+                    [
+                        *uv,
+                        "pip",
+                        "install",
+                        "-q",
+                        "-p",
+                        str(python),
+                        "--compile-bytecode",
+                        NEMO_GYM_REQUIREMENT,
+                    ],
+                    env=env,
+                    check=True,
+                )
+            except subprocess.CalledProcessError as exc:
+                raise GymRuntimeError(
+                    f"Building the Gym runtime in {venv} failed ({exc}); see the output above. "
+                    f"You can instead install nemo-gym yourself and set {GYM_PYTHON_ENV_VAR}."
+                ) from exc
+            marker.write_text(NEMO_GYM_REQUIREMENT + "\n")
+    return _runtime_from_probe(python, _probe(python))
+
+
+@functools.cache
+def _resolve(gym_python: str | None, build: bool) -> GymRuntime:
+    explicit = gym_python or os.environ.get(GYM_PYTHON_ENV_VAR)
+    if explicit:
+        python = Path(explicit).expanduser()
+        info = _probe(python)
+        if not info["origin"]:
+            raise GymRuntimeError(
+                f"{python} has no nemo-gym. Install it there (`{python} -m pip install "
+                f"'{NEMO_GYM_REQUIREMENT}'`) or unset {GYM_PYTHON_ENV_VAR}."
+            )
+        return _runtime_from_probe(python, info)
+    current = _current_runtime()
+    if current is not None:
+        return current
+    return _managed_runtime(build)
+
+
+def find_gym_runtime(gym_python: str | os.PathLike[str] | None = None, *, build: bool = True) -> GymRuntime:
+    """The Gym runtime to launch servers with (see the module docstring for the order)."""
+    return _resolve(str(gym_python) if gym_python else None, build)
+
+
+def gym_root(gym_python: str | os.PathLike[str] | None = None) -> Path:
+    """The directory where the runtime's packaged environments live."""
+    return find_gym_runtime(gym_python).root

@@ -1,0 +1,589 @@
+"""GymStack: one NeMo Gym server stack (head server, resources server, Gym agent), run by ng_run.
+
+The stack is launched with nemo-gym's own launcher from the Gym runtime interpreter, under a small
+supervisor (``_gym_side/supervisor.py``) that leads its own process session: stopping the stack,
+or the death of the owning process by any signal, takes down every process of that session.
+
+The ``policy_model`` entry of the Gym config is a placeholder process whose host and port are the
+routing proxy's, so Gym agents send their policy calls straight to the proxy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import http.client
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from urllib.parse import urlsplit
+
+import yaml
+
+from ._errors import ConfigurationError, MissingRequirementsError, StackStartError
+from ._gym_config import (
+    POLICY_MODEL,
+    ServerInstance,
+    merged_configs,
+    server_instances,
+    server_requirements,
+)
+from ._procs import free_ports, kill_session, port_accepts, rss_bytes, session_pids
+from ._runtime import GymRuntime, cache_dir, find_gym_runtime
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+POLICY_IMPLEMENTATION = "verifiers_nemo_policy"
+_GYM_SIDE = Path(__file__).parent / "_gym_side"
+_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+_CHECK_REQUIREMENTS = r"""
+import json, sys, importlib.metadata as md
+from packaging.requirements import Requirement, InvalidRequirement
+missing = {}
+for server, lines in json.loads(sys.argv[1]).items():
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            missing.setdefault(server, []).append(line)
+            continue
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        try:
+            version = md.version(req.name)
+        except md.PackageNotFoundError:
+            missing.setdefault(server, []).append(line)
+            continue
+        if req.specifier and not req.specifier.contains(version, prereleases=True):
+            missing.setdefault(server, []).append(f"{line} (installed: {version})")
+print(json.dumps(missing))
+"""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """What to run: plain data, built by the harness or the CLI; ``GymStack`` runs it."""
+
+    name: str
+    """A label for logs, usually the environment name."""
+    config_paths: tuple[Path, ...]
+    """Gym config YAMLs (the environment's), without any policy model config."""
+    policy_url: str
+    """Where the agents' ``policy_model`` calls go: the routing proxy, ``http://127.0.0.1:PORT``."""
+    overrides: tuple[str, ...] = ()
+    """Extra ``ng_run`` overrides (``++key=value``)."""
+    gym_python: str | None = None
+    isolated_venvs: bool = False
+    """Let nemo-gym build its own venv (from PyPI) for servers whose requirements the runtime lacks."""
+    pass_env: tuple[str, ...] = ()
+    """Environment variables with secret-looking names that Gym processes may still see."""
+    start_timeout: float = 300.0
+    stop_timeout: float = 10.0
+
+
+@dataclass
+class _Launch:
+    generation: int
+    supervisor: subprocess.Popen[bytes]
+    run_dir: Path
+    log_path: Path
+    head_port: int
+    servers: dict[str, tuple[ServerInstance, int]]
+    started_at: float
+    ready_seconds: float = 0.0
+    stopped: bool = False
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """A snapshot of a running stack: where its servers are, and what it costs."""
+
+    name: str
+    generation: int
+    head_url: str
+    server_urls: dict[str, str]
+    agent_names: tuple[str, ...]
+    ready_seconds: float
+    pids: tuple[int, ...] = field(repr=False)
+    rss_bytes: int = 0
+
+
+class GymStack:
+    """Starts, watches, restarts and stops one Gym server stack. Thread-safe; every method blocks."""
+
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self._lock = threading.RLock()
+        self._launch: _Launch | None = None
+        self._generation = 0
+        self._dead_reason: str | None = None
+        self._dead = threading.Event()
+        self._monitor_stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self._listeners: list[Callable[[int, str], None]] = []
+        self.runtime: GymRuntime | None = None
+        self._instances = self._read_instances()
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    def _read_instances(self) -> list[ServerInstance]:
+        for path in self.config.config_paths:
+            if not Path(path).is_file():
+                raise ConfigurationError(f"Gym config file {path} does not exist.")
+        instances = server_instances(merged_configs([Path(p) for p in self.config.config_paths]))
+        instances = [i for i in instances if i.name != POLICY_MODEL]
+        if not any(i.server_type == "responses_api_agents" for i in instances):
+            raise ConfigurationError(
+                f"Gym config {', '.join(map(str, self.config.config_paths))} defines no Gym agent "
+                "(a responses_api_agents entry); pass an environment config."
+            )
+        names = {i.name for i in instances} | {POLICY_MODEL}
+        for instance in instances:
+            for server_type, ref in instance.references():
+                if ref not in names:
+                    raise ConfigurationError(
+                        f"Gym server {instance.name!r} refers to {server_type}/{ref!r}, which this stack "
+                        "does not define. Servers other than policy_model (e.g. a judge model) must be "
+                        "routed or configured explicitly; this environment cannot run as it is."
+                    )
+        return instances
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self._instances if i.server_type == "responses_api_agents")
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> StackInfo:
+        """Launch the stack and wait until every server answers; a no-op when it already runs."""
+        with self._lock:
+            if self._launch is not None and not self._launch.stopped and not self._dead.is_set():
+                return self.info()
+            if self._launch is not None:
+                self._stop_locked()
+            self.runtime = find_gym_runtime(self.config.gym_python)
+            self._generation += 1
+            self._dead.clear()
+            self._dead_reason = None
+            self._launch = self._spawn(self.runtime)
+            try:
+                self._wait_ready(self._launch)
+            except BaseException:
+                self._stop_locked(keep_run_dir=True)
+                raise
+            self._start_monitor()
+            _registry_track(self)
+            info = self.info()
+            logger.info(
+                "Gym stack %s ready in %.1fs: %s", self.config.name, info.ready_seconds, info.server_urls
+            )
+            return info
+
+    def stop(self) -> None:
+        """Stop every process of the stack (graceful, then forced), bounded and idempotent."""
+        with self._lock:
+            self._stop_locked()
+
+    def restart(self) -> StackInfo:
+        with self._lock:
+            self._stop_locked()
+            return self.start()
+
+    def ensure_running(self) -> StackInfo:
+        """Start the stack if it is not running, or restart it after a death."""
+        return self.start()
+
+    def __enter__(self) -> GymStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def running(self) -> bool:
+        launch = self._launch
+        return launch is not None and not launch.stopped and not self._dead.is_set()
+
+    @property
+    def dead_reason(self) -> str | None:
+        return self._dead_reason
+
+    def is_dead(self, generation: int | None = None) -> bool:
+        """Whether the stack (of ``generation``, if given) died or was stopped."""
+        if generation is not None and generation != self._generation:
+            return True
+        launch = self._launch
+        return launch is None or launch.stopped or self._dead.is_set()
+
+    def on_death(self, listener: Callable[[int, str], None]) -> None:
+        """Call ``listener(generation, reason)`` (from the monitor thread) when a server dies."""
+        self._listeners.append(listener)
+
+    def info(self) -> StackInfo:
+        launch = self._launch
+        if launch is None or launch.stopped:
+            raise StackStartError(f"Gym stack {self.config.name} is not running.")
+        pids = tuple(session_pids(launch.supervisor.pid))
+        return StackInfo(
+            name=self.config.name,
+            generation=launch.generation,
+            head_url=f"http://{HOST}:{launch.head_port}",
+            server_urls={name: f"http://{HOST}:{port}" for name, (_, port) in launch.servers.items()},
+            agent_names=self.agent_names,
+            ready_seconds=launch.ready_seconds,
+            pids=pids,
+            rss_bytes=rss_bytes(list(pids)),
+        )
+
+    def agent_url(self, agent: str | None = None) -> str:
+        """Base URL of a Gym agent of this stack (the only one when ``agent`` is None)."""
+        info = self.info()
+        if agent is None:
+            if len(info.agent_names) != 1:
+                raise ConfigurationError(
+                    f"Gym stack {self.config.name} has several agents {list(info.agent_names)}; name one."
+                )
+            agent = info.agent_names[0]
+        if agent not in info.agent_names:
+            raise ConfigurationError(
+                f"Gym stack {self.config.name} has no agent {agent!r}; it has {list(info.agent_names)}."
+            )
+        return info.server_urls[agent]
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._launch.log_path if self._launch else None
+
+    # -- launching -------------------------------------------------------------------------------
+
+    def _venv_links_dir(self, runtime: GymRuntime) -> Path:
+        digest = hashlib.sha256(str(runtime.prefix).encode()).hexdigest()[:12]
+        return cache_dir() / "server-venvs" / digest
+
+    def _check_requirements(self, runtime: GymRuntime) -> set[str]:
+        """Servers whose requirements the runtime lacks; raises unless isolated venvs are allowed."""
+        wanted = {}
+        for instance in self._instances:
+            reqs = server_requirements(runtime.root / instance.rel_dir)
+            if reqs:
+                wanted[instance.name] = reqs
+        if not wanted:
+            return set()
+        out = subprocess.run(
+            [str(runtime.python), "-c", _CHECK_REQUIREMENTS, json.dumps(wanted)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if out.returncode != 0:
+            raise StackStartError(f"Could not check server requirements with {runtime.python}: {out.stderr}")
+        missing: dict[str, list[str]] = json.loads(out.stdout)
+        if missing and not self.config.isolated_venvs:
+            lines = "\n".join(f"  {server}: {', '.join(reqs)}" for server, reqs in missing.items())
+            raise MissingRequirementsError(
+                f"Gym environment {self.config.name} needs packages the Gym runtime ({runtime.python}) "
+                f"does not have:\n{lines}\nInstall them into that interpreter, or pass "
+                "isolated_venvs=True to let nemo-gym build a separate venv per server from PyPI."
+            )
+        return set(missing)
+
+    def _link_venvs(self, runtime: GymRuntime, isolated: set[str]) -> Path:
+        links = self._venv_links_dir(runtime)
+        rel_dirs = {i.rel_dir for i in self._instances if i.name not in isolated}
+        rel_dirs.add(Path("responses_api_models", POLICY_IMPLEMENTATION))
+        for rel in rel_dirs:
+            link = links / rel / ".venv"
+            if link.is_symlink() and link.resolve() == runtime.prefix.resolve():
+                continue
+            link.parent.mkdir(parents=True, exist_ok=True)
+            tmp = link.with_name(f".venv.tmp-{secrets.token_hex(4)}")
+            tmp.symlink_to(runtime.prefix, target_is_directory=True)
+            os.replace(tmp, link)  # atomic: concurrent stacks may do the same
+        return links
+
+    def _child_env(self, runtime: GymRuntime) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k) or k in self.config.pass_env}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled bytecode halves each server's start
+        env.pop("VIRTUAL_ENV", None)
+        env["PATH"] = f"{runtime.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        env["UV_PYTHON_DOWNLOADS"] = "never"
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _spawn(self, runtime: GymRuntime) -> _Launch:
+        isolated = self._check_requirements(runtime)
+        links = self._link_venvs(runtime, isolated)
+        run_dir = cache_dir() / "runs" / f"{self.config.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        policy_dir = run_dir / "responses_api_models" / POLICY_IMPLEMENTATION
+        policy_dir.mkdir(parents=True)
+        shutil.copy(_GYM_SIDE / "policy_server.py", policy_dir / "app.py")
+        (policy_dir / "requirements.txt").write_text("# served by verifiers_nemo's routing proxy\n")
+        policy = urlsplit(self.config.policy_url)
+        policy_yaml = run_dir / "policy_model.yaml"
+        policy_yaml.write_text(
+            yaml.safe_dump(
+                {
+                    POLICY_MODEL: {
+                        "responses_api_models": {
+                            POLICY_IMPLEMENTATION: {
+                                "entrypoint": "app.py",
+                                "host": policy.hostname,
+                                "port": policy.port,
+                            }
+                        }
+                    }
+                }
+            )
+        )
+        head_port, *ports = free_ports(1 + len(self._instances))
+        servers = {i.name: (i, port) for i, port in zip(self._instances, ports, strict=True)}
+        config_paths = ",".join(str(Path(p).resolve()) for p in (*self.config.config_paths, policy_yaml))
+        argv = [
+            str(runtime.ng_run),
+            f"+config_paths=[{config_paths}]",
+            "+skip_venv_if_present=true",
+            f"+uv_venv_dir={links}",
+            f"+uv_cache_dir={cache_dir() / 'uv'}",
+            f"+default_host={HOST}",
+            f"++head_server={{host:{HOST},port:{head_port}}}",
+        ]
+        for instance, port in servers.values():
+            argv += [f"++{instance.override_prefix}.host={HOST}", f"++{instance.override_prefix}.port={port}"]
+        argv += list(self.config.overrides)
+        log_path = run_dir / "ng_run.log"
+        spec = {
+            "argv": argv,
+            "cwd": str(run_dir),
+            "log": str(log_path),
+            "grace_s": max(1.0, self.config.stop_timeout - 3.0),
+            "ports": [[HOST, port] for _, port in servers.values()],
+        }
+        logger.debug("Launching Gym stack %s: %s", self.config.name, argv)
+        supervisor = subprocess.Popen(
+            [str(runtime.python), str(_GYM_SIDE / "supervisor.py"), json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=run_dir,
+            env=self._child_env(runtime),
+            start_new_session=True,
+        )
+        return _Launch(
+            generation=self._generation,
+            supervisor=supervisor,
+            run_dir=run_dir,
+            log_path=log_path,
+            head_port=head_port,
+            servers=servers,
+            started_at=time.monotonic(),
+        )
+
+    def _log_tail(self, launch: _Launch, lines: int = 40) -> str:
+        try:
+            text = launch.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _wait_ready(self, launch: _Launch) -> None:
+        deadline = launch.started_at + self.config.start_timeout
+        pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
+        while pending:
+            if launch.supervisor.poll() is not None:
+                raise StackStartError(
+                    f"Gym stack {self.config.name} exited while starting (log: {launch.log_path}):\n"
+                    f"{self._log_tail(launch)}"
+                )
+            for name, port in list(pending.items()):
+                if _http_ok(port):
+                    del pending[name]
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                raise StackStartError(
+                    f"Gym stack {self.config.name}: {sorted(pending)} did not answer within "
+                    f"{self.config.start_timeout:.0f}s (log: {launch.log_path}):\n{self._log_tail(launch)}"
+                )
+            time.sleep(0.1)
+        launch.ready_seconds = time.monotonic() - launch.started_at
+
+    def _stop_locked(self, keep_run_dir: bool = False) -> None:
+        self._monitor_stop.set()
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join(timeout=2)
+        self._monitor = None
+        launch = self._launch
+        if launch is None or launch.stopped:
+            return
+        launch.stopped = True
+        sid = launch.supervisor.pid
+        try:
+            if launch.supervisor.stdin:
+                launch.supervisor.stdin.close()  # EOF: the supervisor tears the session down
+        except OSError:
+            pass
+        try:
+            launch.supervisor.wait(timeout=self.config.stop_timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning(
+                "Gym stack %s did not stop in %.0fs; killing it", self.config.name, self.config.stop_timeout
+            )
+        survivors = kill_session(sid, timeout=5.0)
+        if launch.supervisor.poll() is None:
+            launch.supervisor.kill()
+            launch.supervisor.wait(timeout=5)
+        if survivors:
+            logger.error("Gym stack %s: processes %s survived SIGKILL", self.config.name, survivors)
+        if not keep_run_dir and not self._dead.is_set():
+            shutil.rmtree(launch.run_dir, ignore_errors=True)
+        _registry_untrack(self)
+
+    # -- watching --------------------------------------------------------------------------------
+
+    def _start_monitor(self) -> None:
+        self._monitor_stop = threading.Event()
+        launch = self._launch
+        assert launch is not None
+        self._monitor = threading.Thread(
+            target=self._watch,
+            args=(launch, self._monitor_stop),
+            name=f"gym-stack-{self.config.name}",
+            daemon=True,
+        )
+        self._monitor.start()
+
+    def _watch(self, launch: _Launch, stop: threading.Event) -> None:
+        strikes: dict[str, int] = {}
+        while not stop.wait(0.5):
+            reason = None
+            if launch.supervisor.poll() is not None:
+                reason = "the Gym launcher (ng_run) exited"
+            else:
+                for name, (_, port) in launch.servers.items():
+                    if port_accepts(HOST, port):
+                        strikes[name] = 0
+                        continue
+                    strikes[name] = strikes.get(name, 0) + 1
+                    if strikes[name] >= 2:
+                        reason = f"Gym server {name} stopped answering on port {port}"
+                        break
+            if reason and not stop.is_set():
+                self._dead_reason = reason
+                self._dead.set()
+                logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
+                for listener in list(self._listeners):
+                    try:
+                        listener(launch.generation, reason)
+                    except Exception:  # a listener's bug must not kill the monitor
+                        logger.exception("stack death listener failed")
+                return
+
+
+def _http_ok(port: int) -> bool:
+    conn = http.client.HTTPConnection(HOST, port, timeout=1.0)
+    try:
+        conn.request("GET", "/")
+        conn.getresponse().read()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+# -- process-wide registry: one stack per (process, config), teardown at exit and on signals --------
+
+_registry_lock = threading.Lock()
+_running: set[GymStack] = set()
+_shared: dict[StackConfig, tuple[GymStack, int]] = {}
+_hooks_installed = False
+
+
+def acquire_stack(config: StackConfig) -> GymStack:
+    """The process's shared stack for ``config`` (created, not started, on first use), refcounted."""
+    with _registry_lock:
+        stack, count = _shared.get(config, (None, 0))
+        if stack is None:
+            stack = GymStack(config)
+        _shared[config] = (stack, count + 1)
+        return stack
+
+
+def release_stack(stack: GymStack) -> None:
+    """Drop one reference; the last one stops the stack."""
+    with _registry_lock:
+        entry = _shared.get(stack.config)
+        if entry is None or entry[0] is not stack:
+            return
+        count = entry[1] - 1
+        if count > 0:
+            _shared[stack.config] = (stack, count)
+            return
+        del _shared[stack.config]
+    stack.stop()
+
+
+def stop_all_stacks() -> None:
+    """Stop every stack this process started (at exit and on SIGTERM/SIGINT)."""
+    with _registry_lock:
+        stacks = list(_running)
+    for stack in stacks:
+        try:
+            stack.stop()
+        except Exception:
+            logger.exception("stopping Gym stack %s failed", stack.config.name)
+
+
+def _registry_track(stack: GymStack) -> None:
+    with _registry_lock:
+        _running.add(stack)
+        _install_hooks()
+
+
+def _registry_untrack(stack: GymStack) -> None:
+    with _registry_lock:
+        _running.discard(stack)
+
+
+def _install_hooks() -> None:
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    atexit.register(stop_all_stacks)
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread; the watchdog still holds
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(sig)
+        if previous in (signal.SIG_DFL, None):
+            signal.signal(sig, _make_handler(sig))
+
+
+def _make_handler(sig: signal.Signals) -> Callable[[int, FrameType | None], None]:
+    def handle(signum: int, frame: FrameType | None) -> None:
+        # Stop the stacks, then let the signal do what the user expects (uvicorn-style re-raise).
+        stop_all_stacks()
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+
+    return handle
