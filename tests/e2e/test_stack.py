@@ -1,0 +1,163 @@
+"""GymStack on the real nemo-gym 0.4 launcher: start, answer, die, restart, stop, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import env_config, wait_until
+from verifiers_nemo import ConfigurationError, MissingRequirementsError
+from verifiers_nemo._procs import port_accepts, session_pids
+from verifiers_nemo._stack import GymStack, StackConfig
+
+pytestmark = pytest.mark.e2e
+UNUSED_POLICY = "http://127.0.0.1:9"  # nothing calls the policy in these tests
+
+
+def _get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status
+
+
+def _ports(stack: GymStack) -> list[int]:
+    info = stack.info()
+    return [int(url.rsplit(":", 1)[1]) for url in [info.head_url, *info.server_urls.values()]]
+
+
+def test_stack_starts_answers_and_stops_without_leftovers(gym_root: Path) -> None:
+    stack = GymStack(StackConfig("example_single_tool_call", (env_config(gym_root, "example_single_tool_call"),), UNUSED_POLICY))
+    info = stack.start()
+    sid = stack._launch.supervisor.pid
+    ports = _ports(stack)
+    assert set(info.server_urls) == {"example_single_tool_call", "example_single_tool_call_simple_agent"}
+    assert info.agent_names == ("example_single_tool_call_simple_agent",)
+    for url in [info.head_url, *info.server_urls.values()]:
+        assert url.startswith("http://127.0.0.1:")
+        assert _get(url + "/") == 200
+    assert stack.agent_url() == info.server_urls["example_single_tool_call_simple_agent"]
+    assert len(info.pids) > 3 and info.rss_bytes > 0
+
+    stack.stop()
+    stack.stop()  # idempotent
+
+    assert session_pids(sid) == []
+    assert not any(port_accepts("127.0.0.1", port) for port in ports)
+
+
+def test_two_stacks_of_different_environments_run_at_once(gym_root: Path) -> None:
+    a = GymStack(StackConfig("example_single_tool_call", (env_config(gym_root, "example_single_tool_call"),), UNUSED_POLICY))
+    b = GymStack(StackConfig("example_multi_step", (env_config(gym_root, "example_multi_step"),), UNUSED_POLICY))
+    try:
+        a.start()
+        b.start()
+        assert not set(_ports(a)) & set(_ports(b))
+        for stack in (a, b):
+            for url in stack.info().server_urls.values():
+                assert _get(url + "/") == 200
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_killed_server_is_detected_and_restart_brings_the_stack_back(gym_root: Path) -> None:
+    stack = GymStack(StackConfig("example_single_tool_call", (env_config(gym_root, "example_single_tool_call"),), UNUSED_POLICY))
+    deaths: list[tuple[int, str]] = []
+    stack.on_death(lambda generation, reason: deaths.append((generation, reason)))
+    try:
+        stack.start()
+        generation = stack.generation
+        port = int(stack.info().server_urls["example_single_tool_call"].rsplit(":", 1)[1])
+        pid = _listening_pid(port)
+        os.kill(pid, signal.SIGKILL)
+
+        wait_until(lambda: stack.is_dead(generation), timeout=15)
+        assert deaths and deaths[0][0] == generation and "example_single_tool_call" in deaths[0][1]
+        assert not stack.running
+
+        info = stack.ensure_running()
+        assert stack.generation == generation + 1
+        for url in info.server_urls.values():
+            assert _get(url + "/") == 200
+    finally:
+        stack.stop()
+
+
+def _listening_pid(port: int) -> int:
+    """The pid of the process listening on 127.0.0.1:port (from /proc/net/tcp and fd links)."""
+    inode = None
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                inode = fields[9]
+    assert inode is not None, f"nothing listens on {port}"
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                    return int(pid)
+        except OSError:
+            continue
+    raise AssertionError(f"no process owns the socket on port {port}")
+
+
+_OWNER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    from verifiers_nemo._stack import GymStack, StackConfig
+    stack = GymStack(StackConfig("example_single_tool_call", (Path(sys.argv[1]),), "http://127.0.0.1:9"))
+    info = stack.start()
+    ports = [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]]
+    print(json.dumps({"sid": stack._launch.supervisor.pid, "ports": ports}), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
+def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(gym_root: Path, sig: signal.Signals) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(env_config(gym_root, "example_single_tool_call"))],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        started = json.loads(owner.stdout.readline())
+        assert session_pids(started["sid"])
+        owner.send_signal(sig)
+        owner.wait(timeout=30)
+        wait_until(lambda: not session_pids(started["sid"]), timeout=20)
+        assert not any(port_accepts("127.0.0.1", port) for port in started["ports"])
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+def test_config_without_an_agent_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "only_server.yaml"
+    config.write_text("s:\n  resources_servers:\n    example_single_tool_call:\n      entrypoint: app.py\n")
+    with pytest.raises(ConfigurationError, match="defines no Gym agent"):
+        GymStack(StackConfig("x", (config,), UNUSED_POLICY))
+
+
+def test_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        GymStack(StackConfig("x", (tmp_path / "nope.yaml",), UNUSED_POLICY))
+
+
+def test_server_with_missing_requirements_names_them(gym_root: Path) -> None:
+    stack = GymStack(StackConfig("mcqa", (env_config(gym_root, "mcqa"),), UNUSED_POLICY))
+    with pytest.raises(MissingRequirementsError, match=r"(?s)tiktoken.*isolated_venvs=True"):
+        stack.start()
+    assert not stack.running
