@@ -1,0 +1,109 @@
+"""NeMoGymEnv and load_environment: a packaged Gym environment as a Verifiers-style environment."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from ._endpoint import Endpoint
+from ._harness import NeMoGymHarness
+from ._result import RolloutResult
+from ._taskset import NeMoGymTaskset, Task
+
+EndpointChoice = Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint]
+
+
+class NeMoGymEnv:
+    """A taskset and the harness that runs it: what ``load_environment`` returns."""
+
+    def __init__(self, taskset: NeMoGymTaskset, harness: NeMoGymHarness) -> None:
+        self.taskset = taskset
+        self.harness = harness
+        self._dataset: datasets.Dataset | None = None
+
+    @property
+    def name(self) -> str:
+        return self.harness.env_name
+
+    @property
+    def dataset(self) -> datasets.Dataset:
+        """The taskset as a Hugging Face dataset (prompt, example_id, task, info)."""
+        if self._dataset is None:
+            self._dataset = self.taskset.to_dataset()
+        return self._dataset
+
+    async def rollout(
+        self,
+        task: Task,
+        endpoint: Endpoint,
+        sampling_args: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> RolloutResult:
+        """One task, one rollout (see ``NeMoGymHarness.rollout``)."""
+        return await self.harness.rollout(task, endpoint, sampling_args, timeout)
+
+    def run(
+        self,
+        tasks: Iterable[Task] | None,
+        endpoints: EndpointChoice,
+        **kwargs: Any,
+    ) -> AsyncIterator[RolloutResult]:
+        """Rollouts of ``tasks`` (default: the whole taskset) as they finish."""
+        return self.harness.run(self.taskset if tasks is None else tasks, endpoints, **kwargs)
+
+    def run_sync(self, tasks: Iterable[Task] | None, endpoints: EndpointChoice, **kwargs: Any) -> list[RolloutResult]:
+        """Blocking ``run``: every result, in completion order."""
+        return self.harness.run_sync(self.taskset if tasks is None else tasks, endpoints, **kwargs)
+
+    def close(self) -> None:
+        self.harness.close()
+
+    async def __aenter__(self) -> NeMoGymEnv:
+        await self.harness.astart()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.harness.aclose()
+
+    def __enter__(self) -> NeMoGymEnv:
+        self.harness.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_environment(
+    nemo_env: str = "example_multi_step",
+    dataset: str | None = None,
+    *,
+    jsonl_path: str | Path | None = None,
+    recorded: bool = False,
+    num_examples: int | None = None,
+    rollouts_per_example: int = 1,
+    shuffle: bool = False,
+    seed: int = 0,
+    **harness_args: Any,
+) -> NeMoGymEnv:
+    """Load a packaged NeMo Gym environment: its tasks and a harness that runs them on the real stack.
+
+    ``harness_args`` go to ``NeMoGymHarness`` (``gym_python``, ``timeout``, ``max_steps``,
+    ``isolated_venvs``...). The stack starts on first use, not here.
+    """
+    taskset = NeMoGymTaskset(
+        nemo_env,
+        dataset=dataset,
+        jsonl_path=jsonl_path,
+        recorded=recorded,
+        limit=num_examples if num_examples and num_examples > 0 else None,
+        shuffle=shuffle,
+        seed=seed,
+        rollouts_per_task=rollouts_per_example,
+        root=harness_args.get("root"),
+    )
+    harness_args.pop("root", None)
+    harness = NeMoGymHarness(nemo_env, taskset=taskset, **harness_args)
+    return NeMoGymEnv(taskset, harness)

@@ -1,0 +1,446 @@
+"""NeMoGymHarness: run tasks as rollouts through a real Gym agent, each policy call on its own route."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from ._endpoint import Endpoint
+from ._errors import (
+    ConfigurationError,
+    GymAgentError,
+    GymServerDown,
+    InvalidResult,
+    RolloutError,
+    RolloutTimeout,
+    UpstreamError,
+)
+from ._proxy import RoutingProxy, get_proxy
+from ._result import (
+    ROUTE_METADATA_KEY,
+    RolloutResult,
+    extract_metrics,
+    output_to_messages,
+    parse_reward,
+    strip_route,
+    sum_usage,
+)
+from ._gym_config import merged_configs, server_instances
+from ._stack import GymStack, StackConfig, acquire_stack, release_stack
+from ._taskset import NeMoGymTaskset, Task
+
+logger = logging.getLogger(__name__)
+
+# Keys Gym accepts inside responses_create_params (nemo-gym rejects any other); sampling args with
+# other names (top_k, logprobs, ...) travel on the route and reach the upstream request body.
+RESPONSES_SAMPLING_KEYS = frozenset(
+    {
+        "max_output_tokens",
+        "max_tool_calls",
+        "parallel_tool_calls",
+        "reasoning",
+        "temperature",
+        "text",
+        "tool_choice",
+        "top_logprobs",
+        "top_p",
+        "truncation",
+        "service_tier",
+    }
+)
+_SAMPLING_ALIASES = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"}
+DEFAULT_MAX_STEPS = 100
+_STEP_BOUNDED_AGENTS = frozenset({"simple_agent"})  # agents whose config has max_steps
+
+
+def split_sampling_args(sampling_args: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split sampling args into (Responses params for the Gym row, extra body for the upstream)."""
+    gym, extra = {}, {}
+    for key, value in (sampling_args or {}).items():
+        key = _SAMPLING_ALIASES.get(key, key)
+        if value is None:
+            continue
+        (gym if key in RESPONSES_SAMPLING_KEYS else extra)[key] = value
+    return gym, extra
+
+
+class NeMoGymHarness:
+    """Runs NeMo Gym tasks as rollouts through the process's shared Gym stack and routing proxy.
+
+    The stack and proxy start on first use and are shared (refcounted) with any other harness of the
+    same environment in this process. Use as ``async with`` / ``with``, or call ``close()``.
+    """
+
+    def __init__(
+        self,
+        nemo_env: str | None = None,
+        *,
+        taskset: NeMoGymTaskset | None = None,
+        config_paths: Sequence[str | Path] | None = None,
+        agent: str | None = None,
+        gym_python: str | None = None,
+        isolated_venvs: bool = False,
+        max_steps: int | None = DEFAULT_MAX_STEPS,
+        timeout: float = 600.0,
+        start_timeout: float = 300.0,
+        overrides: Sequence[str] = (),
+    ) -> None:
+        if taskset is not None and nemo_env is None:
+            nemo_env = taskset.env_name
+        if nemo_env is None and not config_paths:
+            raise ConfigurationError("NeMoGymHarness needs nemo_env=, taskset= or config_paths=.")
+        self.env_name = nemo_env or Path(str(config_paths[0])).stem  # type: ignore[index]
+        self.taskset = taskset
+        self.default_agent = agent
+        self.timeout = timeout
+        self._gym_python = gym_python
+        self._isolated_venvs = isolated_venvs
+        self._max_steps = max_steps
+        self._start_timeout = start_timeout
+        self._extra_overrides = tuple(overrides)
+        self._config_paths = tuple(Path(p) for p in config_paths) if config_paths else None
+        self._proxy: RoutingProxy | None = None
+        self._stack: GymStack | None = None
+        self._lock = threading.Lock()
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._closed = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _resolve_config_paths(self) -> tuple[Path, ...]:
+        if self._config_paths:
+            return self._config_paths
+        from ._catalogue import get_environment
+
+        env = get_environment(self.env_name, root=self._gym_root())
+        if env.default_config is None:
+            raise ConfigurationError(f"Gym environment {self.env_name} has no config file.")
+        return (env.default_config.path,)
+
+    def _gym_root(self) -> Path:
+        from ._runtime import gym_root
+
+        return gym_root(self._gym_python)
+
+    def start(self) -> GymStack:
+        """Start (or join) the shared proxy and stack; blocking. Safe to call repeatedly."""
+        with self._lock:
+            if self._closed:
+                raise ConfigurationError("This NeMoGymHarness is closed.")
+            if self._proxy is None:
+                self._proxy = get_proxy()  # one per process, lives until exit
+            if self._stack is None:
+                config_paths = self._resolve_config_paths()
+                config = StackConfig(
+                    name=self.env_name,
+                    config_paths=config_paths,
+                    policy_url=self._proxy.url,
+                    overrides=(*self._step_bound_overrides(config_paths), *self._extra_overrides),
+                    gym_python=self._gym_python,
+                    isolated_venvs=self._isolated_venvs,
+                    start_timeout=self._start_timeout,
+                )
+                stack = acquire_stack(config)
+                self._stack = stack
+            stack = self._stack
+        stack.ensure_running()
+        return stack
+
+    def _step_bound_overrides(self, config_paths: tuple[Path, ...]) -> list[str]:
+        """Bound the steps of simple agents that set no bound (nemo-gym's default is unbounded)."""
+        if self._max_steps is None:
+            return []
+        overrides = []
+        for instance in server_instances(merged_configs(list(config_paths))):
+            if instance.implementation in _STEP_BOUNDED_AGENTS and not instance.config.get("max_steps"):
+                overrides.append(f"++{instance.override_prefix}.max_steps={int(self._max_steps)}")
+        return overrides
+
+    async def astart(self) -> GymStack:
+        return await asyncio.to_thread(self.start)
+
+    @property
+    def stack(self) -> GymStack:
+        if self._stack is None:
+            raise ConfigurationError("The harness has not started; call start() or run a rollout first.")
+        return self._stack
+
+    @property
+    def proxy(self) -> RoutingProxy:
+        if self._proxy is None:
+            raise ConfigurationError("The harness has not started; call start() or run a rollout first.")
+        return self._proxy
+
+    def close(self) -> None:
+        """Release the shared stack and proxy (the last user stops them). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            stack, proxy = self._stack, self._proxy
+            self._stack = self._proxy = None
+            sessions, self._sessions = self._sessions, {}
+        for loop, session in sessions.items():
+            if session.closed or loop.is_closed():
+                continue
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                loop.create_task(session.close())
+            elif not loop.is_running():
+                loop.run_until_complete(session.close())
+        if stack is not None:
+            release_stack(stack)
+        del proxy  # the process-wide proxy outlives harnesses (stacks hold its port)
+
+    async def aclose(self) -> None:
+        loop = asyncio.get_running_loop()
+        session = self._sessions.pop(loop, None)
+        if session is not None:
+            await session.close()
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> NeMoGymHarness:
+        await self.astart()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> NeMoGymHarness:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- rollouts --------------------------------------------------------------------------------
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False),
+                timeout=aiohttp.ClientTimeout(total=None),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+            self._sessions[loop] = session
+        return session
+
+    async def rollout(
+        self,
+        task: Task,
+        endpoint: Endpoint,
+        sampling_args: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        *,
+        _queued_at: float | None = None,
+    ) -> RolloutResult:
+        """Run one task as one rollout against ``endpoint``. Never raises for a rollout failure:
+        the result carries a typed ``error`` instead (and no reward)."""
+        started = time.monotonic()
+        result = RolloutResult(
+            task_index=task.task_index,
+            rollout_index=task.rollout_index,
+            example_id=task.example_id,
+            env=self.env_name,
+            agent=task.agent_name or self.default_agent,
+            endpoint=endpoint.label,
+            prompt=list(task.prompt),
+        )
+        result.timing["queue_s"] = started - _queued_at if _queued_at is not None else 0.0
+        try:
+            stack = self.stack if self._stack is not None and self._stack.running else await self.astart()
+        except RolloutError as exc:
+            result.error = exc
+            return result
+        gym_args, extra_args = split_sampling_args(sampling_args)
+        route = self.proxy.open_route(endpoint, sampling_args=extra_args or None)
+        generation = stack.generation
+        try:
+            body = _row_for_route(task.gym_row(), route.key, gym_args)
+            agent = result.agent
+            try:
+                url = stack.agent_url(agent) + "/run"
+            except ConfigurationError as exc:
+                result.error = GymAgentError(str(exc))
+                return result
+            limit = self.timeout if timeout is None else timeout
+            run_started = time.monotonic()
+            try:
+                gym_result = await asyncio.wait_for(self._post_run(url, body, stack, generation), timeout=limit)
+            except TimeoutError:
+                route.close()  # the orphaned agent's later calls are refused from now on
+                result.error = RolloutTimeout(f"rollout did not finish within {limit:g}s")
+                gym_result = None
+            except RolloutError as exc:
+                route.close()
+                result.error = route.error if route.error is not None else exc
+                gym_result = None
+            result.timing["rollout_s"] = time.monotonic() - run_started
+        finally:
+            route.close()
+        result.trace = list(route.calls)
+        result.timing["policy_s"] = sum(getattr(c, "latency_s", 0.0) or 0.0 for c in result.trace)
+        result.usage = sum_usage([getattr(c, "usage", None) for c in result.trace])
+        if gym_result is not None:
+            self._map_result(result, gym_result, route.key, endpoint.model)
+        result.timing["total_s"] = time.monotonic() - (_queued_at or started)
+        return result
+
+    async def _post_run(self, url: str, body: dict[str, Any], stack: GymStack, generation: int) -> dict[str, Any]:
+        session = self._session()
+        request = asyncio.ensure_future(session.post(url, json=body))
+        try:
+            while True:
+                done, _ = await asyncio.wait({request}, timeout=0.25)
+                if done:
+                    break
+                if stack.is_dead(generation):
+                    raise GymServerDown(f"the Gym stack died during the rollout: {stack.dead_reason or 'stopped'}")
+            try:
+                response = request.result()
+            except aiohttp.ClientConnectionError as exc:
+                raise GymServerDown(f"the Gym agent at {url} is unreachable: {exc!r}") from exc
+            async with response:
+                text = await response.text()
+                if response.status != 200:
+                    if stack.is_dead(generation):
+                        raise GymServerDown(f"the Gym stack died during the rollout: {stack.dead_reason}")
+                    raise GymAgentError(f"Gym agent answered {response.status}: {_clip(text)}")
+                try:
+                    return await asyncio.to_thread(_loads, text) if len(text) > 1 << 20 else _loads(text)
+                except ValueError as exc:
+                    raise InvalidResult(f"Gym agent answered invalid JSON: {text[:500]!r}") from exc
+        finally:
+            if not request.done():
+                request.cancel()
+
+    def _map_result(self, result: RolloutResult, gym_result: dict[str, Any], key: str, model: str) -> None:
+        if not isinstance(gym_result, dict):
+            result.error = InvalidResult(f"Gym result is a {type(gym_result).__name__}, not an object")
+            return
+        strip_route(gym_result, key, model)
+        result.gym_result = gym_result
+        response = gym_result.get("response") or {}
+        output = response.get("output") if isinstance(response, dict) else None
+        result.completion = output_to_messages(output or [])
+        result.metrics = extract_metrics(gym_result)
+        if not result.usage.get("total_tokens") and isinstance(response, dict):
+            result.usage = sum_usage([response.get("usage")])
+        try:
+            result.reward = parse_reward(gym_result.get("reward"))
+        except InvalidResult as exc:
+            result.error = exc
+            result.reward = None
+
+    async def run(
+        self,
+        tasks: Iterable[Task],
+        endpoints: Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint],
+        *,
+        concurrency: int = 32,
+        sampling_args: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[RolloutResult]:
+        """Run ``tasks`` with at most ``concurrency`` at once; yield results as they finish.
+
+        ``endpoints`` is one endpoint, a list (assigned round-robin), or a function of the task.
+        """
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigurationError(f"concurrency must be a positive integer, not {concurrency!r}.")
+        pick = _endpoint_picker(endpoints)
+        await self.astart()
+        pending: set[asyncio.Task[RolloutResult]] = set()
+        iterator = iter(tasks)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < concurrency:
+                    try:
+                        task = next(iterator)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    pending.add(
+                        asyncio.ensure_future(
+                            self.rollout(task, pick(task), sampling_args, timeout, _queued_at=time.monotonic())
+                        )
+                    )
+                if not pending:
+                    return
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for finished in done:
+                    yield finished.result()
+        finally:
+            for leftover in pending:
+                leftover.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+
+    def run_sync(
+        self,
+        tasks: Iterable[Task],
+        endpoints: Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint],
+        **kwargs: Any,
+    ) -> list[RolloutResult]:
+        """Blocking form of ``run`` for synchronous callers: all results, in completion order."""
+
+        async def collect() -> list[RolloutResult]:
+            try:
+                return [r async for r in self.run(tasks, endpoints, **kwargs)]
+            finally:
+                session = self._sessions.pop(asyncio.get_running_loop(), None)
+                if session is not None:
+                    await session.close()
+
+        return asyncio.run(collect())
+
+
+def _clip(text: str, limit: int = 600) -> str:
+    return text if len(text) <= limit else f"{text[: limit // 2]} ... {text[-limit // 2 :]}"
+
+
+def _loads(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+def _row_for_route(row: dict[str, Any], key: str, gym_sampling: dict[str, Any]) -> dict[str, Any]:
+    body = copy.deepcopy(row)
+    params = body.setdefault("responses_create_params", {})
+    params.update(gym_sampling)
+    params["model"] = key
+    metadata = dict(params.get("metadata") or {})
+    metadata[ROUTE_METADATA_KEY] = key
+    params["metadata"] = metadata
+    return body
+
+
+def _endpoint_picker(
+    endpoints: Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint],
+) -> Callable[[Task], Endpoint]:
+    if isinstance(endpoints, Endpoint):
+        return lambda _task: endpoints
+    if callable(endpoints):
+        return endpoints
+    pool = list(endpoints)
+    if not pool:
+        raise ConfigurationError("endpoints is an empty list; pass at least one Endpoint.")
+    counter = iter(range(1 << 62))
+    return lambda _task: pool[next(counter) % len(pool)]
+
+
+__all__ = ["NeMoGymHarness", "RolloutResult", "UpstreamError", "split_sampling_args"]

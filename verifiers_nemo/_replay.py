@@ -1,0 +1,280 @@
+"""The replay policy: a local Responses server that plays back an environment's recorded rollouts.
+
+Each packaged environment ships ``data/example_rollouts.jsonl``: task inputs, the full
+``response.output`` a real model produced, and the reward Gym gave it. Serving those outputs step
+by step through the real stack (routing proxy, Gym agent, resources server, ``/verify``) must
+reproduce each recorded reward: a check of the whole pipeline against data nobody here wrote,
+with no GPU.
+
+A step is the recorded output items from where the agent is (the outputs it already sends back)
+up to the next ``function_call_output`` (which the agent produces itself by calling the tool).
+Each route's endpoint names its recorded row in a header; without it, the row is found by the
+request's original input and the outputs so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from ._endpoint import Endpoint
+
+logger = logging.getLogger(__name__)
+
+ROW_HEADER = "X-Verifiers-Nemo-Replay-Row"
+REPLAY_MODEL = "replay"
+_ZERO_USAGE = {
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "total_tokens": 0,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens_details": {"reasoning_tokens": 0},
+}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _as_items(value: Any) -> list[Any]:
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    return list(value or [])
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One recorded rollout: the original input and the model's full output."""
+
+    input: list[Any]
+    output: list[dict[str, Any]]
+
+    def step(self, done: int) -> list[dict[str, Any]] | None:
+        """The items the model produced after ``done`` output items, up to the next tool result."""
+        if done >= len(self.output):
+            return None
+        end = done
+        while end < len(self.output) and self.output[end].get("type") != "function_call_output":
+            end += 1
+        return self.output[done:end] or None
+
+
+def _input_key(value: Any) -> str:
+    """An input, canonical: recordings add ``type: message`` and explicit nulls the dataset lacks."""
+    items = []
+    for item in _as_items(value):
+        if isinstance(item, dict):
+            item = {k: v for k, v in item.items() if v is not None and not (k == "type" and v == "message")}
+        items.append(item)
+    return _canonical(items)
+
+
+def _dataset_rows_by_input(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        with open(path, "rb") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    key = _input_key(row["responses_create_params"]["input"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                rows.setdefault(key, row)
+    return rows
+
+
+def replay_tasks(taskset: Any) -> list[Any]:
+    """The tasks of a replay run: the recorded rows, with what ``/verify`` needs put back.
+
+    Recordings store what ``/verify`` returned, which often lacks the task's ground-truth fields
+    and adds verify outputs that some servers reject when sent back. When the environment's own
+    dataset files hold a row with the same input, that row's fields are the task (the recorded
+    input and output are kept); otherwise the recorded row is used without its outputs.
+    """
+    env = taskset.env
+    paths = [d.path for d in (env.datasets if env else ()) if d.exists]
+    originals = _dataset_rows_by_input(paths)
+    tasks = []
+    for task in taskset:
+        original = originals.get(_input_key(task.row["responses_create_params"].get("input")))
+        if original is None:
+            tasks.append(task)
+            continue
+        row = {key: value for key, value in original.items() if key != "responses_create_params"}
+        row["responses_create_params"] = task.row["responses_create_params"]
+        for key in ("response", "reward", "agent_ref"):
+            if key in task.row:
+                row[key] = task.row[key]
+        tasks.append(dataclasses.replace(task, row=row))
+    return tasks
+
+
+class ReplayUpstream:
+    """A Responses-API server on 127.0.0.1 serving recorded outputs; its own thread and loop."""
+
+    def __init__(self, recordings: list[Recording]) -> None:
+        self.recordings = recordings
+        self._by_input: dict[str, list[int]] = {}
+        for index, recording in enumerate(recordings):
+            self._by_input.setdefault(_canonical(recording.input), []).append(index)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self.requests = 0
+        self._row_of_task: dict[int, int] = {}
+
+    @classmethod
+    def from_tasks(cls, tasks: list[Any]) -> ReplayUpstream:
+        """From recorded tasks (``NeMoGymTaskset(recorded=True)``); one recording per task index."""
+        recordings: dict[int, Recording] = {}
+        for task in tasks:
+            if task.task_index in recordings:
+                continue
+            response = task.recorded_response or {}
+            recordings[task.task_index] = Recording(
+                input=_as_items(task.row["responses_create_params"].get("input")),
+                output=list(response.get("output") or []),
+            )
+        ordered = sorted(recordings)
+        replay = cls([recordings[i] for i in ordered])
+        replay._row_of_task = {task_index: row for row, task_index in enumerate(ordered)}
+        return replay
+
+    def endpoint_for(self, task: Any) -> Endpoint:
+        """The endpoint that replays ``task``'s recording."""
+        index = self._row_of_task.get(task.task_index, task.task_index)
+        return Endpoint(
+            base_url=f"{self.url}/v1",
+            model=REPLAY_MODEL,
+            api="responses",
+            extra_headers={ROW_HEADER: str(index)},
+            name=f"replay#{index}",
+        )
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise RuntimeError("ReplayUpstream is not started")
+        return f"http://127.0.0.1:{self._port}"
+
+    # -- serving ---------------------------------------------------------------------------------
+
+    def _find(self, request: web.Request, body: dict[str, Any]) -> tuple[Recording, int] | None:
+        items = _as_items(body.get("input"))
+        header = request.headers.get(ROW_HEADER)
+        if header is not None and header.isdigit() and int(header) < len(self.recordings):
+            recording = self.recordings[int(header)]
+            return recording, max(0, len(items) - len(recording.input))
+        for size in range(len(items), -1, -1):
+            for index in self._by_input.get(_canonical(items[:size]), []):
+                recording = self.recordings[index]
+                done = len(items) - size
+                if _canonical(items[size:]) == _canonical(recording.output[:done]) or done == 0:
+                    return recording, done
+        return None
+
+    async def _responses(self, request: web.Request) -> web.Response:
+        self.requests += 1
+        body = await request.json()
+        found = self._find(request, body)
+        if found is None:
+            return web.json_response(
+                {"error": {"message": "no recorded rollout has this input", "type": "replay_unknown_input"}},
+                status=404,
+            )
+        recording, done = found
+        step = recording.step(done)
+        if step is None:
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"the recording has no output after {done} items (it ended)",
+                        "type": "replay_exhausted",
+                    }
+                },
+                status=409,
+            )
+        return web.json_response(
+            {
+                "id": f"resp_replay_{id(recording):x}_{done}",
+                "object": "response",
+                "created_at": time.time(),
+                "model": body.get("model") or REPLAY_MODEL,
+                "status": "completed",
+                "output": step,
+                "parallel_tool_calls": body.get("parallel_tool_calls", True),
+                "tool_choice": body.get("tool_choice", "auto"),
+                "tools": body.get("tools") or [],
+                "usage": _ZERO_USAGE,
+            }
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": REPLAY_MODEL, "object": "model"}]})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> ReplayUpstream:
+        if self._thread is not None:
+            return self
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                app = web.Application(client_max_size=256 * 1024 * 1024)
+                app.router.add_post("/v1/responses", self._responses)
+                app.router.add_get("/v1/models", self._models)
+                app.router.add_get("/", self._health)
+                self._runner = web.AppRunner(app, access_log=None)
+                loop.run_until_complete(self._runner.setup())
+                site = web.TCPSite(self._runner, "127.0.0.1", 0)
+                loop.run_until_complete(site.start())
+                self._port = self._runner.addresses[0][1]
+            except BaseException as exc:  # surfaced to start()'s caller
+                errors.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="replay-upstream", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if errors:
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._thread = None
+
+    def __enter__(self) -> ReplayUpstream:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

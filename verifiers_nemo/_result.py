@@ -1,0 +1,228 @@
+"""RolloutResult and the mapping of a Gym agent's ``/run`` answer onto it."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ._errors import InvalidResult, RolloutError
+
+ROUTE_METADATA_KEY = "verifiers_nemo_route"
+_NOT_METRICS = {"reward"}
+
+
+@dataclass
+class RolloutResult:
+    """Everything one rollout produced: what a trainer or an eval needs, and why it failed if it did.
+
+    A result with ``error`` set has ``reward is None`` (never a silent 0).
+    """
+
+    task_index: int
+    rollout_index: int
+    example_id: str | int | None = None
+    env: str | None = None
+    agent: str | None = None
+    endpoint: str | None = None
+    """The endpoint's label (model@url), never its key."""
+    prompt: list[dict[str, Any]] = field(default_factory=list)
+    completion: list[dict[str, Any]] = field(default_factory=list)
+    reward: float | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+    trace: list[Any] = field(default_factory=list)
+    """The policy calls of this rollout in order (``PolicyCall`` objects), token IDs included."""
+    error: RolloutError | None = None
+    gym_result: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self, *, include_trace: bool = False, include_gym_result: bool = False) -> dict[str, Any]:
+        """A JSON-safe dict, one line of a results file."""
+        out: dict[str, Any] = {
+            "task_index": self.task_index,
+            "rollout_index": self.rollout_index,
+            "example_id": self.example_id,
+            "env": self.env,
+            "agent": self.agent,
+            "endpoint": self.endpoint,
+            "prompt": self.prompt,
+            "completion": self.completion,
+            "reward": self.reward,
+            "metrics": self.metrics,
+            "usage": self.usage,
+            "timing": self.timing,
+            "error": self.error.to_dict() if self.error else None,
+        }
+        if include_trace:
+            out["trace"] = [_call_to_dict(call) for call in self.trace]
+        if include_gym_result:
+            out["gym_result"] = self.gym_result
+        return out
+
+
+def _call_to_dict(call: Any) -> Any:
+    if hasattr(call, "to_dict"):
+        return call.to_dict()
+    try:
+        return asdict(call)
+    except TypeError:
+        return call
+
+
+def parse_reward(value: Any) -> float:
+    """A reward as float: a number or a numeric string; bools, NaN and anything else are invalid."""
+    if isinstance(value, bool):
+        raise InvalidResult(f"reward is a bool ({value!r}), not a number")
+    if isinstance(value, int | float):
+        reward = float(value)
+    elif isinstance(value, str):
+        try:
+            reward = float(value.strip())
+        except ValueError:
+            raise InvalidResult(f"reward {value!r} is a string that is not a number") from None
+    elif value is None:
+        raise InvalidResult("the Gym result has no reward")
+    else:
+        raise InvalidResult(f"reward {value!r} ({type(value).__name__}) is not a number")
+    if math.isnan(reward):
+        raise InvalidResult("reward is NaN")
+    return reward
+
+
+def extract_metrics(gym_result: dict[str, Any]) -> dict[str, float]:
+    """Every numeric or bool top-level field of a Gym result other than the reward."""
+    metrics = {}
+    for key, value in gym_result.items():
+        if key in _NOT_METRICS:
+            continue
+        if isinstance(value, bool):
+            metrics[key] = float(value)
+        elif isinstance(value, int | float) and not math.isnan(value):
+            metrics[key] = float(value)
+    return metrics
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text") or part.get("refusal")
+                if text:
+                    parts.append(text)
+            elif isinstance(part, str):
+                parts.append(part)
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+def _reasoning_text(item: dict[str, Any]) -> str:
+    chunks = [s.get("text", "") for s in item.get("summary") or [] if isinstance(s, dict)]
+    chunks += [c.get("text", "") for c in item.get("content") or [] if isinstance(c, dict)]
+    return "\n".join(c for c in chunks if c)
+
+
+def output_to_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses output items as chat messages.
+
+    Assistant text and tool calls become one assistant message per turn (``tool_calls`` in chat
+    form), tool results become ``tool`` messages, and reasoning is kept apart in the assistant
+    message's ``reasoning_content``.
+    """
+    messages: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    pending_reasoning: list[str] = []
+
+    def assistant() -> dict[str, Any]:
+        nonlocal current
+        if current is None:
+            current = {"role": "assistant", "content": ""}
+            if pending_reasoning:
+                current["reasoning_content"] = "\n".join(pending_reasoning)
+                pending_reasoning.clear()
+            messages.append(current)
+        return current
+
+    for item in output:
+        kind = item.get("type")
+        if kind == "reasoning":
+            text = _reasoning_text(item)
+            if text:
+                if current is not None and not current.get("content") and not current.get("tool_calls"):
+                    current["reasoning_content"] = "\n".join(filter(None, [current.get("reasoning_content"), text]))
+                else:
+                    current = None
+                    pending_reasoning.append(text)
+        elif kind == "message" or (kind is None and item.get("role") == "assistant"):
+            msg = assistant()
+            if msg.get("tool_calls"):
+                current = None
+                msg = assistant()
+            msg["content"] = (msg["content"] or "") + _content_text(item.get("content"))
+        elif kind == "function_call":
+            msg = assistant()
+            msg.setdefault("tool_calls", []).append(
+                {
+                    "id": item.get("call_id") or item.get("id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
+                }
+            )
+        elif kind == "function_call_output":
+            current = None
+            output_value = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": item.get("call_id"),
+                    "content": output_value if isinstance(output_value, str) else json.dumps(output_value),
+                }
+            )
+        else:
+            current = None
+            messages.append({"role": "assistant", "content": "", "item": item})
+    if pending_reasoning:
+        messages.append({"role": "assistant", "content": "", "reasoning_content": "\n".join(pending_reasoning)})
+    return messages
+
+
+def sum_usage(usages: list[dict[str, Any] | None]) -> dict[str, int]:
+    """Token usage summed over a rollout's policy calls."""
+    total = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cached_tokens": 0, "reasoning_tokens": 0}
+    for usage in usages:
+        if not usage:
+            continue
+        total["input_tokens"] += int(usage.get("input_tokens") or 0)
+        total["output_tokens"] += int(usage.get("output_tokens") or 0)
+        total["total_tokens"] += int(usage.get("total_tokens") or 0)
+        total["cached_tokens"] += int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
+        total["reasoning_tokens"] += int((usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0)
+    return total
+
+
+def strip_route(gym_result: dict[str, Any], key: str, model: str | None) -> None:
+    """Remove the route key from the echo of ``responses_create_params`` in a Gym result (in place)."""
+    params = gym_result.get("responses_create_params")
+    if isinstance(params, dict):
+        if params.get("model") == key:
+            params["model"] = model
+        metadata = params.get("metadata")
+        if isinstance(metadata, dict):
+            metadata.pop(ROUTE_METADATA_KEY, None)
+            if not metadata:
+                params["metadata"] = None
+    response = gym_result.get("response")
+    if isinstance(response, dict):
+        if response.get("model") == key:
+            response["model"] = model
+        metadata = response.get("metadata")
+        if isinstance(metadata, dict):
+            metadata.pop(ROUTE_METADATA_KEY, None)
