@@ -1,0 +1,501 @@
+"""NeMoGymTaskset: packaged and user JSONL tasks, checked row by row, with a chat-style view."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verifiers_nemo._catalogue import get_environment, list_environments
+from verifiers_nemo._errors import ConfigurationError, TasksetError
+from verifiers_nemo._taskset import (
+    _NEMO_GYM_0_4_PARAMS,
+    NeMoGymTaskset,
+    SkippedRows,
+    Task,
+    _gym_params,
+)
+
+_SPEC = importlib.util.find_spec("nemo_gym")
+if _SPEC is None or _SPEC.origin is None:
+    pytest.skip("nemo-gym is not installed in this interpreter", allow_module_level=True)
+GYM_ROOT = Path(_SPEC.origin).parent.parent
+ENVIRONMENTS = list_environments(GYM_ROOT)
+
+
+def taskset(nemo_env: str | None = None, **kwargs: Any) -> NeMoGymTaskset:
+    return NeMoGymTaskset(nemo_env, root=GYM_ROOT, **kwargs)
+
+
+def row(text: str = "hello", **extra: Any) -> dict[str, Any]:
+    return {"responses_create_params": {"input": [{"role": "user", "content": text}]}, **extra}
+
+
+def write_jsonl(path: Path, lines: list[Any]) -> Path:
+    """Write dicts as JSON lines and strings as they are."""
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+# ---- packaged data
+
+
+@pytest.mark.parametrize(
+    "dataset",
+    [d for e in ENVIRONMENTS for d in e.datasets if d.exists],
+    ids=lambda d: f"{d.agent}:{d.name}",
+)
+def test_every_shipped_dataset_file_parses(dataset: Any) -> None:
+    tasks = NeMoGymTaskset(jsonl_path=dataset.path, agent=dataset.agent, root=GYM_ROOT)
+
+    assert len(tasks) > 0
+    for task in tasks:
+        assert isinstance(task.prompt, list)
+        assert isinstance(task.tools, list)
+
+
+@pytest.mark.parametrize("environment", ENVIRONMENTS, ids=lambda e: e.name)
+def test_every_environment_loads_its_default_dataset_or_says_why(environment: Any) -> None:
+    try:
+        tasks = taskset(environment.name)
+    except TasksetError as exc:
+        assert environment.default_dataset is None
+        assert str(environment.directory) in str(exc)
+        assert "Fix:" in str(exc)
+        return
+    assert len(tasks) > 0
+    assert tasks.env_name == environment.name
+    assert all(task.agent_name in {a.name for a in environment.agents} for task in tasks)
+
+
+@pytest.mark.parametrize(
+    "environment",
+    [e for e in ENVIRONMENTS if e.has_example_rollouts and e.default_agent],
+    ids=lambda e: e.name,
+)
+def test_every_shipped_recording_loads_with_its_reward(environment: Any) -> None:
+    tasks = taskset(environment.name, recorded=True)
+
+    assert len(tasks) > 0
+    for task in tasks:
+        assert task.recorded
+        assert task.recorded_response is not None
+        assert "reward" in task.row and task.recorded_reward == task.row["reward"]
+
+
+def test_recorded_tasks_carry_the_recorded_response_and_reward() -> None:
+    task = taskset("example_multi_step", recorded=True)[0]
+
+    assert isinstance(task.recorded_reward, float)
+    assert task.recorded_response is not None
+    assert task.recorded_response["output"]
+    assert task.agent_name == "example_multi_step_simple_agent"
+
+
+def test_plain_tasks_have_no_recorded_output() -> None:
+    task = taskset("example_multi_step")[0]
+
+    assert not task.recorded
+    assert task.recorded_response is None
+    assert task.recorded_reward is None
+
+
+def test_stale_agent_names_in_packaged_recordings_run_on_the_environment_agent() -> None:
+    task = taskset("aalcr", recorded=True)[0]
+
+    assert task.row["agent_ref"]["name"] == "aalcr_benchmark_simple_agent"  # raw row untouched
+    assert task.agent_name == "aalcr_simple_agent"
+    assert task.gym_row()["agent_ref"]["name"] == "aalcr_simple_agent"
+
+
+def test_packaged_rows_naming_another_configs_agent_run_on_the_datasets_agent() -> None:
+    tasks = taskset("structured_outputs")
+
+    assert tasks[0].row["agent_ref"]["name"] == "structured_outputs_v4_simple_agent"
+    assert tasks.agents == ("structured_outputs_simple_agent",)
+
+
+def test_gym_row_drops_nulls_verify_outputs_and_gym_stamps() -> None:
+    task = taskset("example_multi_step", recorded=True)[0]
+    raw_params = task.row["responses_create_params"]
+    assert any(value is None for value in raw_params.values())
+
+    sent = task.gym_row()
+
+    assert all(value is not None for value in sent["responses_create_params"].values())
+    assert sent["responses_create_params"]["input"] == raw_params["input"]
+    assert "response" not in sent and "reward" not in sent
+    assert not any(key.startswith("_ng_") for key in sent)
+    assert "response" in task.row  # the raw row is left as read
+
+
+def test_dataset_picks_another_named_dataset() -> None:
+    tasks = taskset("example_multi_step", dataset="example")
+
+    assert tasks.path.name == "example.jsonl"
+
+
+def test_a_dataset_gym_downloads_is_reported_with_where_to_get_it() -> None:
+    with pytest.raises(TasksetError) as caught:
+        taskset("example_multi_step", dataset="train")
+
+    message = str(caught.value)
+    assert "resources_servers/example_multi_step/data/train.jsonl" in message
+    assert "not shipped" in message and "gitlab" in message
+    assert "Fix:" in message and "jsonl_path=" in message
+
+
+def test_unknown_dataset_name_lists_the_datasets() -> None:
+    with pytest.raises(ConfigurationError, match="validation"):
+        taskset("example_multi_step", dataset="valid")
+
+
+def test_placeholder_recordings_are_refused_with_the_reason() -> None:
+    with pytest.raises(TasksetError, match="placeholder") as caught:
+        taskset("tavily_search", recorded=True)
+    assert "example_rollouts.jsonl" in str(caught.value)
+
+
+def test_unknown_environment_is_an_error_naming_close_ones() -> None:
+    with pytest.raises(ConfigurationError, match="example_multi_step"):
+        taskset("example_multi_stp")
+
+
+def test_schema_read_from_nemo_gym_matches_the_built_in_copy() -> None:
+    assert _gym_params(GYM_ROOT) == _NEMO_GYM_0_4_PARAMS
+
+
+# ---- the normalised view
+
+
+def test_prompt_is_chat_messages_with_developer_as_system() -> None:
+    input_items = [
+        {"role": "developer", "content": "be brief"},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+        },
+        {"type": "reasoning", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+    ]
+    task = Task(0, 0, {"responses_create_params": {"input": input_items}}, "a", None, "0", "f:1")
+
+    assert task.prompt == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "a\nb"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        {"role": "assistant", "content": "done"},
+    ]
+
+
+def test_a_string_input_is_one_user_message() -> None:
+    task = Task(0, 0, {"responses_create_params": {"input": "hi"}}, "a", None, "0", "f:1")
+
+    assert task.prompt == [{"role": "user", "content": "hi"}]
+
+
+def test_images_stay_as_chat_content_parts() -> None:
+    task = taskset("circle_click")[0]
+
+    parts = next(m["content"] for m in task.prompt if isinstance(m["content"], list))
+    assert {p["type"] for p in parts} <= {"text", "image_url"}
+    assert any(p["type"] == "image_url" and p["image_url"]["url"] for p in parts)
+
+
+def test_tools_are_given_in_chat_completions_form() -> None:
+    raw_tool = {
+        "type": "function",
+        "name": "get",
+        "description": "d",
+        "parameters": {"type": "object"},
+        "strict": True,
+    }
+    task = Task(0, 0, {"responses_create_params": {"input": "x", "tools": [raw_tool]}}, "a", None, "0", "f:1")
+
+    assert task.tools == [
+        {
+            "type": "function",
+            "function": {"name": "get", "description": "d", "parameters": {"type": "object"}, "strict": True},
+        }
+    ]
+
+
+def test_extras_are_the_other_top_level_fields() -> None:
+    task = taskset("example_multi_step")[0]
+
+    assert "responses_create_params" not in task.extras and "agent_ref" not in task.extras
+    assert set(task.extras) == set(task.row) - {"responses_create_params", "agent_ref"}
+
+
+def test_example_id_comes_from_the_row_else_its_position(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [row(id="alpha"), row(task_id=7), row()])
+
+    tasks = NeMoGymTaskset(jsonl_path=path, agent="a")
+
+    assert [t.example_id for t in tasks] == ["alpha", "7", "2"]
+
+
+# ---- repeats, limit, shuffle
+
+
+def test_repeats_give_every_rollout_a_stable_task_and_rollout_index(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [row("a"), row("b")])
+
+    tasks = NeMoGymTaskset(jsonl_path=path, agent="a", rollouts_per_task=3)
+
+    assert len(tasks) == 6 and tasks.num_rows == 2
+    assert [(t.task_index, t.rollout_index) for t in tasks] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+    ]
+    assert tasks[4] == tasks[4] and tasks[4].row == tasks[3].row
+    assert len({*tasks, *tasks}) == 6
+    assert tasks[-1].task_index == 1 and tasks[-1].rollout_index == 2
+    assert [t.rollout_index for t in tasks[1:3]] == [1, 2]
+
+
+def test_limit_stops_reading_at_the_limit(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [row("a"), row("b"), row("c"), "{this line is garbage"])
+
+    tasks = NeMoGymTaskset(jsonl_path=path, agent="a", limit=3)
+
+    assert [t.prompt[0]["content"] for t in tasks] == ["a", "b", "c"]
+
+
+def test_shuffle_is_deterministic_for_a_seed(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [row(str(i)) for i in range(50)])
+
+    def order(**kwargs: Any) -> list[str]:
+        return [t.example_id for t in NeMoGymTaskset(jsonl_path=path, agent="a", shuffle=True, **kwargs)]
+
+    assert order(seed=1) == order(seed=1)
+    assert order(seed=1) != order(seed=2)
+    assert sorted(order(seed=1), key=int) == [str(i) for i in range(50)]
+    assert [t.task_index for t in NeMoGymTaskset(jsonl_path=path, agent="a", shuffle=True)] == list(range(50))
+
+
+def test_shuffle_with_limit_samples_from_the_whole_file_deterministically(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [row(str(i)) for i in range(1000)])
+
+    def sample(seed: int) -> list[str]:
+        return [
+            t.example_id
+            for t in NeMoGymTaskset(jsonl_path=path, agent="a", shuffle=True, limit=10, seed=seed)
+        ]
+
+    assert sample(3) == sample(3)
+    assert len(set(sample(3))) == 10
+    assert max(int(i) for i in sample(3)) > 100  # not just the first rows
+
+
+# ---- Hugging Face datasets
+
+
+def test_to_dataset_has_prompt_example_id_task_and_info() -> None:
+    tasks = taskset("example_multi_step")
+
+    dataset = tasks.to_dataset()
+
+    assert set(dataset.column_names) == {"prompt", "example_id", "task", "info"}
+    assert len(dataset) == tasks.num_rows
+    first = dataset[0]
+    info = json.loads(first["info"])
+    assert first["task"] == "example_multi_step"
+    assert first["prompt"][0]["role"] == "system"
+    assert info["row"] == tasks[0].row
+    assert info["agent"] == "example_multi_step_simple_agent"
+    assert info["task_index"] == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"nemo_env": "example_multi_step"},
+        {"nemo_env": "example_multi_step", "recorded": True, "rollouts_per_task": 2},
+        {"nemo_env": "circle_click"},
+        {"nemo_env": "workplace_assistant", "shuffle": True, "seed": 5, "limit": 3},
+    ],
+    ids=["plain", "recorded-repeated", "images", "shuffled-limited"],
+)
+def test_from_dataset_rebuilds_an_equal_taskset(kwargs: dict[str, Any]) -> None:
+    tasks = taskset(**kwargs)
+
+    rebuilt = NeMoGymTaskset.from_dataset(tasks.to_dataset())
+
+    assert rebuilt == tasks
+    assert list(rebuilt) == list(tasks)
+    assert rebuilt.recorded == tasks.recorded
+
+
+def test_from_dataset_refuses_rows_without_info() -> None:
+    with pytest.raises(ConfigurationError, match="to_dataset"):
+        NeMoGymTaskset.from_dataset([{"prompt": []}])
+
+
+# ---- bad input: one clear error naming file, line and fix
+
+
+BAD_ROWS = {
+    "malformed JSON": ('{"responses_create_params": {"input": [}', "malformed JSON", "complete JSON object"),
+    "not an object": ("[1, 2]", "not an object", "one JSON object per line"),
+    "no responses_create_params": ({"input": "hi"}, "no 'responses_create_params'", "add"),
+    "no input": (
+        {"responses_create_params": {"tools": []}},
+        "has no 'input'",
+        "add responses_create_params.input",
+    ),
+    "unknown key": (
+        {"responses_create_params": {"input": "hi", "max_output_token": 5}},
+        "'max_output_token'",
+        "did you mean 'max_output_token' -> 'max_output_tokens'?",
+    ),
+    "openai-only key": (
+        {"responses_create_params": {"input": "hi", "prompt_cache_key": "k"}},
+        "valid for OpenAI, not in this nemo-gym",
+        "remove them",
+    ),
+    "agent_ref not an object": (row(agent_ref="x"), "not an object with a name", "agent_ref"),
+}
+
+
+@pytest.mark.parametrize(("bad", "problem", "fix"), BAD_ROWS.values(), ids=BAD_ROWS.keys())
+def test_a_bad_row_is_one_error_naming_file_line_and_fix(
+    tmp_path: Path, bad: Any, problem: str, fix: str
+) -> None:
+    path = write_jsonl(tmp_path / "tasks.jsonl", [row("ok"), "", bad])
+
+    with pytest.raises(TasksetError) as caught:
+        NeMoGymTaskset(jsonl_path=path, agent="a")
+
+    message = str(caught.value)
+    assert message.startswith(f"{path}:3: ")
+    assert problem in message
+    assert "Fix:" in message and fix in message
+
+
+def test_an_agent_ref_the_environment_does_not_define_is_an_error(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "tasks.jsonl", [row(agent_ref={"name": "someone_else"})])
+
+    with pytest.raises(TasksetError) as caught:
+        taskset("example_multi_step", jsonl_path=path)
+
+    message = str(caught.value)
+    assert message.startswith(f"{path}:1: ")
+    assert "'someone_else' is not an agent of environment 'example_multi_step'" in message
+    assert "Fix: use one of its agents (example_multi_step_simple_agent)" in message
+
+
+def test_rows_without_agent_ref_need_an_agent(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "tasks.jsonl", [row()])
+
+    with pytest.raises(TasksetError, match=r"tasks.jsonl:1: the row has no agent_ref .*Fix: .*agent="):
+        NeMoGymTaskset(jsonl_path=path)
+
+
+def test_rows_take_the_agent_argument_or_their_own_agent_ref(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "tasks.jsonl", [row(), row(agent_ref={"name": "example_multi_step_simple_agent"})]
+    )
+
+    tasks = taskset("example_multi_step", jsonl_path=path, agent="example_multi_step_simple_agent")
+
+    assert [t.agent_name for t in tasks] == ["example_multi_step_simple_agent"] * 2
+    assert tasks.env_name == "example_multi_step"
+
+
+def test_an_agent_argument_the_environment_does_not_define_is_an_error() -> None:
+    with pytest.raises(ConfigurationError, match="example_multi_step_simple_agent"):
+        taskset("example_multi_step", agent="nobody")
+
+
+def test_an_empty_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n  \n")
+
+    with pytest.raises(TasksetError) as caught:
+        NeMoGymTaskset(jsonl_path=path, agent="a")
+
+    assert str(caught.value).startswith(f"{path}: the file is empty")
+    assert "Fix:" in str(caught.value)
+
+
+def test_a_missing_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "nope.jsonl"
+
+    with pytest.raises(TasksetError) as caught:
+        NeMoGymTaskset(jsonl_path=path, agent="a")
+
+    assert str(caught.value).startswith(f"{path}: no such file")
+    assert "Fix:" in str(caught.value)
+
+
+def test_recorded_rows_must_carry_response_and_reward(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "rollouts.jsonl", [row(response={}, reward=1.0), row(reward=0.0)])
+
+    with pytest.raises(TasksetError, match=r"rollouts.jsonl:2: the row has no recorded 'response'.*Fix:"):
+        NeMoGymTaskset(jsonl_path=path, agent="a", recorded=True)
+
+
+def test_skip_leaves_bad_rows_out_counts_them_and_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_jsonl(tmp_path / "tasks.jsonl", [row("a"), "garbage", {"x": 1}, row("b")])
+
+    with caplog.at_level(logging.WARNING, logger="verifiers_nemo"):
+        tasks = NeMoGymTaskset(jsonl_path=path, agent="a", on_error="skip")
+
+    assert [t.prompt[0]["content"] for t in tasks] == ["a", "b"]
+    assert tasks.skipped.count == 2
+    assert tasks.skipped.reasons[0].startswith("line 2: malformed JSON")
+    assert tasks.skipped.reasons[1].startswith("line 3: the row has no 'responses_create_params'")
+    assert "skipped 2 bad row(s)" in caplog.text
+    assert not NeMoGymTaskset(jsonl_path=path, agent="a", limit=1).skipped
+    assert NeMoGymTaskset(jsonl_path=path, agent="a", limit=1).skipped == SkippedRows()
+
+
+def test_skip_with_nothing_left_is_an_error(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "tasks.jsonl", ["garbage", "[]"])
+
+    with pytest.raises(TasksetError, match="no usable rows, all 2 were skipped"):
+        NeMoGymTaskset(jsonl_path=path, agent="a", on_error="skip")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "nemo_env= .* or jsonl_path="),
+        ({"dataset": "example"}, "pass nemo_env= too"),
+        ({"nemo_env": "example_multi_step", "dataset": "example", "recorded": True}, "one source"),
+        ({"jsonl_path": "x.jsonl", "limit": 0}, "limit must be a positive integer"),
+        ({"jsonl_path": "x.jsonl", "rollouts_per_task": 0}, "rollouts_per_task must be a positive integer"),
+        ({"jsonl_path": "x.jsonl", "on_error": "ignore"}, "on_error must be"),
+    ],
+)
+def test_contradictory_or_invalid_arguments_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        NeMoGymTaskset(root=GYM_ROOT, **kwargs)
+
+
+def test_environment_without_an_agent_explains_there_is_nothing_to_load() -> None:
+    environment = get_environment("gdpval", root=GYM_ROOT)
+
+    for kwargs in ({}, {"recorded": True}):
+        with pytest.raises(TasksetError, match="defines no agent") as caught:
+            taskset("gdpval", **kwargs)
+        assert str(environment.directory) in str(caught.value)

@@ -1,0 +1,816 @@
+"""The catalogue of NeMo Gym environments packaged with nemo-gym.
+
+Everything here is read from files under the Gym root (the directory holding ``nemo_gym/``,
+``resources_servers/``, ``responses_api_agents/``...): config YAML, requirement files, the servers'
+source text. ``nemo_gym`` itself is never imported, so the catalogue works from an interpreter
+that does not have nemo-gym (the Gym runtime may be another interpreter).
+
+An environment is a directory ``resources_servers/<name>/`` with ``configs/*.yaml``. Several
+configs may exist; the *default config* is ``configs/<name>.yaml`` when present, else the first
+config (by file name) that defines an agent, else the first config. The environment-level flags
+(``needs_judge``, ``needs_external``, ``requirements``...) describe the default config; each
+``GymConfig`` carries its own. How judge and external needs are decided lives in one function,
+``classify_config``.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import functools
+import importlib.util
+import json
+import logging
+import re
+import threading
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ._errors import ConfigurationError, GymRuntimeError, UnknownEnvironmentError
+
+logger = logging.getLogger(__name__)
+
+POLICY_MODEL = "policy_model"
+"""The model server name Gym configs use for the policy being trained or evaluated."""
+
+RESOURCES_SERVERS = "resources_servers"
+RESPONSES_API_AGENTS = "responses_api_agents"
+RESPONSES_API_MODELS = "responses_api_models"
+_SERVER_KINDS = (RESOURCES_SERVERS, RESPONSES_API_AGENTS, RESPONSES_API_MODELS)
+
+EXAMPLE_ROLLOUTS = "data/example_rollouts.jsonl"
+"""Where an environment keeps its recorded rollouts, relative to its directory."""
+
+# Config variables the harness's own Gym config defines (the policy entry points at our proxy).
+_STACK_SUPPLIED = frozenset({"policy_base_url", "policy_api_key", "policy_model_name"})
+# Resources-server flags that switch a configured judge model off.
+_JUDGE_SWITCHES = ("should_use_judge", "use_judge", "enable_llm_judge")
+# Variable or field names that hold a credential or the address of a service.
+_ADDRESS_OR_SECRET = re.compile(
+    r"api_?key|token$|secret|password|(^|_)url$|(^|_)host$|endpoint", re.IGNORECASE
+)
+_INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
+# A field annotated without a default on its own line: ``    google_api_key: str``.
+_BARE_ANNOTATION = re.compile(r"^[ \t]+\w+[ \t]*:[ \t]*[^=\n]+$", re.MULTILINE)
+_DATA_FILE = re.compile(r"[\w./-]+\.(?:jsonl|json|csv|parquet|db|sqlite)", re.IGNORECASE)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available, same semantics
+# What a server's or agent's entrypoint source shows when it needs more than the local machine.
+_SOURCE_MARKERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"^\s*(?:from|import)\s+[\w.]*?\b(setup_\w+)", re.MULTILINE),
+        "installs software or fetches data when it starts (imports {0})",
+    ),
+    (
+        re.compile(
+            r"^\s*(?:from|import)\s+[\w.]*?(docker|apptainer|singularity)"
+            r"|[\"'](docker|apptainer|singularity)[\"']"
+            r"|\b(docker|apptainer|singularity)\s+(?:run|exec|build|pull)\b",
+            re.IGNORECASE | re.MULTILINE,
+        ),
+        "runs containers ({0})",
+    ),
+    (re.compile(r"[\"'](npm)[\"']|\b(npm)\s+install\b"), "installs a command-line tool with {0}"),
+    (
+        re.compile(r"\b(git clone|snapshot_download|hf_hub_download|download_model|nltk\.download)\b"),
+        "downloads at run time ({0})",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class GymDataset:
+    """A JSONL dataset an agent instance names in its config (``datasets:``)."""
+
+    name: str
+    type: str | None
+    jsonl_fpath: str
+    """As written in the config: relative to the Gym root."""
+    path: Path
+    exists: bool
+    agent: str
+    """The agent instance whose config lists the dataset."""
+    config: Path
+    source: str | None = None
+    """Where Gym downloads it from when it is not shipped (``huggingface:...``, ``gitlab:...``)."""
+    prompt_config: str | None = None
+    """A prompt template Gym applies to rows before sending them (rows then carry no input)."""
+
+
+@dataclass(frozen=True)
+class GymAgent:
+    """An agent instance: a top-level config entry of kind ``responses_api_agents``."""
+
+    name: str
+    type: str
+    """The agent implementation, a directory under ``responses_api_agents/``."""
+    config: Path
+    resources_server: str | None
+    model_server: str | None
+    datasets: tuple[GymDataset, ...]
+    max_steps: int | None
+    requirements: tuple[str, ...]
+    """Python requirements of the agent implementation beyond nemo-gym itself."""
+
+
+@dataclass(frozen=True)
+class GymServer:
+    """A top-level config entry: instance name, kind (``resources_servers``...) and type (directory)."""
+
+    name: str
+    kind: str
+    type: str
+
+
+@dataclass(frozen=True)
+class GymConfig:
+    """One config YAML of an environment and what running it needs."""
+
+    path: Path
+    relpath: str
+    """Relative to the Gym root, as Gym's ``+config_paths=[...]`` takes it."""
+    servers: tuple[GymServer, ...]
+    agents: tuple[GymAgent, ...]
+    judge_models: tuple[str, ...]
+    """Model servers (or endpoints) the resources server calls while scoring; see ``classify_config``."""
+    external_reasons: tuple[str, ...]
+    """Why the config needs something outside Gym and this machine; see ``classify_config``."""
+    requirements: tuple[str, ...]
+    """Python requirements beyond nemo-gym of its resources servers and agents."""
+    problems: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def needs_judge(self) -> bool:
+        return bool(self.judge_models)
+
+    @property
+    def needs_external(self) -> bool:
+        return bool(self.external_reasons)
+
+    @property
+    def model_servers(self) -> tuple[str, ...]:
+        """Model server instances this config defines besides ``policy_model`` (judges and the like)."""
+        return tuple(
+            s.name for s in self.servers if s.kind == RESPONSES_API_MODELS and s.name != POLICY_MODEL
+        )
+
+
+@dataclass(frozen=True)
+class GymEnvironment:
+    """A packaged NeMo Gym environment (``resources_servers/<name>/``) and what it needs to run."""
+
+    name: str
+    root: Path
+    directory: Path
+    configs: tuple[GymConfig, ...]
+    default_config: GymConfig | None
+    server_requirements: tuple[str, ...]
+    """Python requirements of ``resources_servers/<name>/`` beyond nemo-gym itself."""
+    has_example_rollouts: bool
+    """``data/example_rollouts.jsonl`` exists and its first row is a recording (response and reward)."""
+    problems: tuple[str, ...] = ()
+    """What the catalogue found odd while reading this environment (never fatal)."""
+
+    @property
+    def agents(self) -> tuple[GymAgent, ...]:
+        """Every agent instance any of the environment's configs define."""
+        return tuple(a for c in self.configs for a in c.agents)
+
+    @property
+    def default_agent(self) -> GymAgent | None:
+        """The default config's first agent whose resources server is this environment's."""
+        if self.default_config is None or not self.default_config.agents:
+            return None
+        own = {
+            s.name for s in self.default_config.servers if s.kind == RESOURCES_SERVERS and s.type == self.name
+        }
+        for candidate in self.default_config.agents:
+            if candidate.resources_server in own:
+                return candidate
+        return self.default_config.agents[0]
+
+    @property
+    def datasets(self) -> tuple[GymDataset, ...]:
+        """Every dataset any config names, the default config's first."""
+        ordered = [c for c in self.configs if c is self.default_config]
+        ordered += [c for c in self.configs if c is not self.default_config]
+        return tuple(d for c in ordered for a in c.agents for d in a.datasets)
+
+    @property
+    def default_dataset(self) -> GymDataset | None:
+        """What ``NeMoGymTaskset(nemo_env=name)`` loads.
+
+        The first shipped dataset of type ``example`` (the default agent's, then the default config's,
+        then other configs'), else the first shipped dataset of any type, else ``data/example.jsonl``
+        under the default agent when no config names it.
+        """
+        candidates = list(self.datasets)
+        default_agent = self.default_agent
+        if default_agent is not None:
+            candidates.sort(key=lambda d: d.agent != default_agent.name)  # stable: keeps config order
+        for wanted in (lambda d: d.type == "example", lambda d: d.name == "example", lambda d: True):
+            for dataset in candidates:
+                if dataset.exists and wanted(dataset):
+                    return dataset
+        fallback = self.directory / "data" / "example.jsonl"
+        if fallback.is_file() and default_agent is not None:
+            return GymDataset(
+                name="example",
+                type="example",
+                jsonl_fpath=fallback.relative_to(self.root).as_posix(),
+                path=fallback,
+                exists=True,
+                agent=default_agent.name,
+                config=default_agent.config,
+            )
+        return None
+
+    @property
+    def example_rollouts_path(self) -> Path:
+        return self.directory / EXAMPLE_ROLLOUTS
+
+    @property
+    def requirements(self) -> tuple[str, ...]:
+        """Python requirements beyond nemo-gym to run the default config (servers and agents)."""
+        if self.default_config is None:
+            return self.server_requirements
+        return self.default_config.requirements
+
+    @property
+    def judge_models(self) -> tuple[str, ...]:
+        return self.default_config.judge_models if self.default_config else ()
+
+    @property
+    def external_reasons(self) -> tuple[str, ...]:
+        return self.default_config.external_reasons if self.default_config else ()
+
+    @property
+    def needs_judge(self) -> bool:
+        """The default config's resources server calls a model while scoring (see ``classify_config``)."""
+        return bool(self.judge_models)
+
+    @property
+    def needs_external(self) -> bool:
+        """The default config needs a service, credential or download (see ``classify_config``)."""
+        return bool(self.external_reasons)
+
+    @property
+    def runs_offline_with_nemo_gym_only(self) -> bool:
+        """Runnable with nothing but nemo-gym: an agent, no extra packages, no judge, no external need."""
+        return (
+            self.default_agent is not None
+            and not self.requirements
+            and not self.needs_judge
+            and not self.needs_external
+        )
+
+    def agent(self, name: str) -> GymAgent:
+        """The agent instance called ``name``, or a ConfigurationError listing the defined ones."""
+        for candidate in self.agents:
+            if candidate.name == name:
+                return candidate
+        names = [a.name for a in self.agents]
+        raise ConfigurationError(
+            f"NeMo Gym environment {self.name!r} defines no agent {name!r}{_close_hint(name, names)}. "
+            f"Its agents: {', '.join(names) or '(none)'}."
+        )
+
+    def dataset(self, name: str) -> GymDataset:
+        """The dataset called ``name`` (default config first), else one whose type is ``name``."""
+        everything = self.datasets
+        for dataset in everything:
+            if dataset.name == name:
+                return dataset
+        for dataset in everything:
+            if dataset.type == name:
+                return dataset
+        names = sorted({d.name for d in everything})
+        raise ConfigurationError(
+            f"NeMo Gym environment {self.name!r} has no dataset {name!r}{_close_hint(name, names)}. "
+            f"Its configs name: {', '.join(names) or '(none)'}."
+        )
+
+
+def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Decide what a config needs beyond Gym itself: ``(judge_models, external_reasons)``.
+
+    This is the one place the rule lives. Only resources-server and agent definitions are inspected;
+    a ``responses_api_models`` definition *is* a judge endpoint, so its keys and URLs count as the
+    judge, not as an external service.
+
+    Judge: a resources server calls a model while scoring when it
+
+    * has a key ending in ``_model_server`` that refers to ``{type: responses_api_models, name: N}``
+      (``N`` may be ``policy_model``: the policy then grades itself, which still needs a live model),
+      unless it switches that off with ``should_use_judge``/``use_judge``/``enable_llm_judge: false``;
+    * or has a ``judge_*`` key whose value interpolates a ``*_base_url`` (it calls that endpoint itself).
+
+    External: the config needs something outside Gym and this machine when a resources server or agent
+
+    1. interpolates a variable that names a credential or an address (``*api_key``, ``*_url``,
+       ``*_host``, ``token``, ``secret``...), ``policy_base_url`` included (that server then calls the
+       policy endpoint directly, not through Gym's model server), or a variable with no default that the
+       harness does not supply;
+    2. has a required config field (no default in the server's config class) naming a credential or an
+       address that the config leaves unset (e.g. ``google_api_key``);
+    3. has an entrypoint whose source installs software or fetches data when it starts (imports a
+       ``setup_*`` module, the packaged convention for that), runs containers (imports docker,
+       apptainer or singularity tooling, names one as a command, or runs ``docker run``...), installs
+       with npm, or downloads at run time (``git clone``, ``snapshot_download``, ``nltk.download``...).
+       Words in prose do not count ("instead of a Docker sandbox").
+
+    4. (resources servers) names a relative data file (``.jsonl``, ``.json``, ``.csv``, ``.parquet``,
+       ``.db``, ``.sqlite``; an interpolation's default included) that exists neither in the server's
+       directory nor under the Gym root: it needs data that is not shipped.
+
+    Rules 2 and 3 read source text (never import it); they are heuristics, and each hit says why in
+    its reason string so a wrong call is easy to spot.
+    """
+    judges: list[str] = []
+    reasons: list[str] = []
+    for entry_name, kind, type_name, definition in _definitions(doc):
+        if kind == RESPONSES_API_MODELS:
+            continue
+        if kind == RESOURCES_SERVERS:
+            switched_off = any(definition.get(flag) is False for flag in _JUDGE_SWITCHES)
+            for key, value in definition.items():
+                if (
+                    not switched_off
+                    and str(key).endswith("_model_server")
+                    and isinstance(value, Mapping)
+                    and value.get("type") == RESPONSES_API_MODELS
+                ):
+                    judges.append(str(value.get("name")))
+                if str(key).startswith("judge_") and isinstance(value, str):
+                    for var, _default in _parse_interpolations(value):
+                        if var.endswith("_base_url"):
+                            judges.append("${" + var + "}")
+        for path, text in _strings(definition):
+            for var, default in _parse_interpolations(text):
+                if _ADDRESS_OR_SECRET.search(var):
+                    if var in _STACK_SUPPLIED:
+                        reasons.append(f"{entry_name}.{path} calls the policy endpoint directly (${{{var}}})")
+                    else:
+                        reasons.append(f"{entry_name}.{path} needs {var} (a credential or service address)")
+                elif default is None and var not in _STACK_SUPPLIED:
+                    reasons.append(f"{entry_name}.{path} needs a value for {var}")
+        directory = root / kind / type_name
+        if kind == RESOURCES_SERVERS:
+            for path, text in _strings(definition):
+                defaults = [d for _, d in _parse_interpolations(text) if d]
+                for candidate in defaults or [text]:
+                    if _is_missing_data_file(candidate, directory, root):
+                        reasons.append(f"{entry_name}.{path} needs data that is not shipped ({candidate})")
+        entrypoint = directory / str(definition.get("entrypoint") or "app.py")
+        for field_name in _required_secret_fields(entrypoint):
+            if definition.get(field_name) is None:
+                reasons.append(
+                    f"{entry_name} needs {field_name} (required by {type_name}, not set by the config)"
+                )
+        for reason in _source_reasons(entrypoint):
+            reasons.append(f"{entry_name} ({kind}/{type_name}) {reason}")
+    return tuple(dict.fromkeys(judges)), tuple(dict.fromkeys(reasons))
+
+
+def list_environments(root: str | Path | None = None) -> list[GymEnvironment]:
+    """Every packaged NeMo Gym environment under ``root`` (default: the Gym runtime's), sorted by name."""
+    return list(_load_catalogue(_resolve_root(root)))
+
+
+def get_environment(name: str, root: str | Path | None = None) -> GymEnvironment:
+    """The packaged environment called ``name``; an UnknownEnvironmentError lists the closest names."""
+    resolved = _resolve_root(root)
+    environments = _load_catalogue(resolved)
+    for environment in environments:
+        if environment.name == name:
+            return environment
+    names = [e.name for e in environments]
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+    close += [n for n in names if name and name.lower() in n.lower() and n not in close][: 5 - len(close)]
+    hint = f"Closest: {', '.join(close)}." if close else "No packaged name is close."
+    raise UnknownEnvironmentError(
+        f"Unknown NeMo Gym environment {name!r}. {hint} "
+        f"`verifiers-nemo envs` lists all {len(names)} packaged in {resolved / RESOURCES_SERVERS}."
+    )
+
+
+def find_agent(agent_name: str, root: str | Path | None = None) -> tuple[GymEnvironment, GymAgent]:
+    """The environment and agent instance for an agent name (as rows' ``agent_ref.name`` give it)."""
+    matches = [(e, a) for e in _load_catalogue(_resolve_root(root)) for a in e.agents if a.name == agent_name]
+    if not matches:
+        raise ConfigurationError(
+            f"No packaged NeMo Gym environment defines an agent called {agent_name!r}. "
+            "Pass nemo_env= to say which environment the rows belong to."
+        )
+    return matches[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+_cache_lock = threading.Lock()
+
+
+def _resolve_root(root: str | Path | None) -> Path:
+    if root is None:
+        try:
+            from ._runtime import gym_root
+        except ImportError:  # pragma: no cover - only before _runtime exists
+            resolved = _installed_gym_root()
+        else:
+            resolved = gym_root()
+    else:
+        resolved = Path(root).expanduser()
+    resolved = resolved.resolve()
+    if not (resolved / RESOURCES_SERVERS).is_dir():
+        raise ConfigurationError(
+            f"{resolved} is not a NeMo Gym root: it has no {RESOURCES_SERVERS}/ directory. "
+            "Pass the directory that holds nemo_gym/ and resources_servers/ (the site-packages of the "
+            "interpreter with nemo-gym installed)."
+        )
+    return resolved
+
+
+def _installed_gym_root() -> Path:
+    """The site-packages directory of this interpreter's nemo-gym, found without importing it."""
+    spec = importlib.util.find_spec("nemo_gym")
+    if spec is None or spec.origin is None:
+        raise GymRuntimeError(
+            "nemo-gym is not installed in this interpreter. Install it with "
+            "`pip install 'verifiers-nemo[nemogym]'`, or pass root= (the site-packages holding nemo_gym/)."
+        )
+    return Path(spec.origin).parent.parent
+
+
+def _load_catalogue(root: Path) -> tuple[GymEnvironment, ...]:
+    with _cache_lock:
+        return _load_catalogue_cached(root)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_catalogue_cached(root: Path) -> tuple[GymEnvironment, ...]:
+    environments = []
+    for directory in sorted((root / RESOURCES_SERVERS).iterdir()):
+        if (
+            directory.is_dir()
+            and (directory / "configs").is_dir()
+            and not directory.name.startswith(("_", "."))
+        ):
+            environments.append(_load_environment(root, directory))
+    logger.debug("catalogued %d NeMo Gym environments under %s", len(environments), root)
+    return tuple(environments)
+
+
+def _load_environment(root: Path, directory: Path) -> GymEnvironment:
+    name = directory.name
+    problems: list[str] = []
+    configs = tuple(
+        _load_config(root, path) for path in sorted(directory.glob("configs/*.y*ml")) if path.is_file()
+    )
+    default = _pick_default_config(name, configs)
+    if not configs:
+        problems.append("no config YAML under configs/")
+    elif not any(c.agents for c in configs):
+        problems.append("no config defines an agent (it cannot run on its own)")
+    server_requirements, requirement_problems = _requirements(directory)
+    problems += requirement_problems
+    for config in configs:
+        problems += [f"{config.name}: {p}" for p in config.problems]
+    has_rollouts, rollout_problem = _peek_recordings(directory / EXAMPLE_ROLLOUTS)
+    if rollout_problem:
+        problems.append(rollout_problem)
+    return GymEnvironment(
+        name=name,
+        root=root,
+        directory=directory,
+        configs=configs,
+        default_config=default,
+        server_requirements=server_requirements,
+        has_example_rollouts=has_rollouts,
+        problems=tuple(problems),
+    )
+
+
+def _pick_default_config(name: str, configs: tuple[GymConfig, ...]) -> GymConfig | None:
+    for config in configs:
+        if config.path.stem == name:
+            return config
+    for config in configs:
+        if config.agents:
+            return config
+    return configs[0] if configs else None
+
+
+def _load_config(root: Path, path: Path) -> GymConfig:
+    relpath = path.relative_to(root).as_posix()
+    problems: list[str] = []
+    try:
+        doc = yaml.load(
+            path.read_text(encoding="utf-8"), Loader=_YAML_LOADER
+        )  # a safe loader (C or pure Python)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return GymConfig(path, relpath, (), (), (), (), (), (f"cannot be read as YAML: {exc}",))
+    if not isinstance(doc, Mapping):
+        doc = {}
+        problems.append("is not a mapping of server entries")
+
+    servers: list[GymServer] = []
+    agents: list[GymAgent] = []
+    requirements: list[str] = []
+    seen_types: set[tuple[str, str]] = set()
+    for entry_name, kind, type_name, definition in _definitions(doc):
+        servers.append(GymServer(entry_name, kind, type_name))
+        if kind != RESPONSES_API_MODELS and (kind, type_name) not in seen_types:
+            seen_types.add((kind, type_name))
+            directory = root / kind / type_name
+            if not directory.is_dir():
+                problems.append(f"{entry_name} uses {kind}/{type_name}, which is not packaged")
+            else:
+                found, requirement_problems = _requirements(directory)
+                requirements += found
+                problems += requirement_problems
+        if kind == RESPONSES_API_AGENTS:
+            agents.append(_load_agent(root, path, entry_name, type_name, definition, problems))
+
+    defined_models = {s.name for s in servers if s.kind == RESPONSES_API_MODELS} | {POLICY_MODEL}
+    judges, reasons = classify_config(doc, root)
+    for judge in judges:
+        if judge == "???":
+            problems.append("its judge model server is left for the user to set (???)")
+        elif not judge.startswith("${") and judge not in defined_models:
+            problems.append(
+                f"refers to model server {judge!r}, which it does not define (merge a config that does)"
+            )
+    return GymConfig(
+        path=path,
+        relpath=relpath,
+        servers=tuple(servers),
+        agents=tuple(agents),
+        judge_models=judges,
+        external_reasons=reasons,
+        requirements=tuple(dict.fromkeys(requirements)),
+        problems=tuple(problems),
+    )
+
+
+def _load_agent(
+    root: Path, config: Path, name: str, type_name: str, definition: Mapping[str, Any], problems: list[str]
+) -> GymAgent:
+    datasets: list[GymDataset] = []
+    raw_datasets = definition.get("datasets") or []
+    if not isinstance(raw_datasets, list):
+        problems.append(f"{name}.datasets is not a list")
+        raw_datasets = []
+    for index, raw in enumerate(raw_datasets):
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("jsonl_fpath"), str):
+            problems.append(f"{name}.datasets[{index}] has no jsonl_fpath")
+            continue
+        fpath = raw["jsonl_fpath"]
+        full = root / fpath
+        datasets.append(
+            GymDataset(
+                name=str(raw.get("name") or Path(fpath).stem),
+                type=str(raw["type"]) if raw.get("type") is not None else None,
+                jsonl_fpath=fpath,
+                path=full,
+                exists=full.is_file(),
+                agent=name,
+                config=config,
+                source=_dataset_source(raw),
+                prompt_config=str(raw["prompt_config"]) if raw.get("prompt_config") else None,
+            )
+        )
+    max_steps = definition.get("max_steps")
+    agent_requirements: tuple[str, ...] = ()
+    agent_dir = root / RESPONSES_API_AGENTS / type_name
+    if agent_dir.is_dir():
+        agent_requirements, _ = _requirements(agent_dir)
+    return GymAgent(
+        name=name,
+        type=type_name,
+        config=config,
+        resources_server=_ref_name(definition.get("resources_server")),
+        model_server=_ref_name(definition.get("model_server")),
+        datasets=tuple(datasets),
+        max_steps=max_steps if isinstance(max_steps, int) and not isinstance(max_steps, bool) else None,
+        requirements=agent_requirements,
+    )
+
+
+def _definitions(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Mapping[str, Any]]]:
+    """``(entry name, kind, type, definition)`` for each server entry: ``name: {kind: {type: {...}}}``."""
+    for entry_name, value in doc.items():
+        if not isinstance(value, Mapping) or len(value) != 1:
+            continue
+        kind, inner = next(iter(value.items()))
+        if kind not in _SERVER_KINDS or not isinstance(inner, Mapping):
+            continue
+        for type_name, definition in inner.items():
+            yield (
+                str(entry_name),
+                str(kind),
+                str(type_name),
+                definition if isinstance(definition, Mapping) else {},
+            )
+
+
+def _ref_name(ref: Any) -> str | None:
+    if isinstance(ref, Mapping) and ref.get("name") is not None:
+        return str(ref["name"])
+    return None
+
+
+def _dataset_source(raw: Mapping[str, Any]) -> str | None:
+    for key, label in (
+        ("source", None),
+        ("huggingface_identifier", "huggingface"),
+        ("gitlab_identifier", "gitlab"),
+    ):
+        value = raw.get(key)
+        if not isinstance(value, Mapping):
+            continue
+        kind = label or str(value.get("type") or "unknown")
+        where = value.get("repo_id") or value.get("dataset_name") or ""
+        artifact = value.get("artifact_fpath")
+        return f"{kind}:{where}" + (f" ({artifact})" if artifact else "")
+    return None
+
+
+def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{path}[{index}]")
+
+
+def _parse_interpolations(text: str) -> Iterator[tuple[str, str | None]]:
+    """``(variable, default or None)`` of each OmegaConf ``${...}`` in ``text``."""
+    for body in _INTERPOLATION.findall(text):
+        body = body.strip()
+        resolver, _, args = body.partition(":")
+        if args and resolver in ("oc.env", "oc.select"):
+            var, comma, default = args.partition(",")
+            yield var.strip(), (default.strip() if comma else None)
+        elif not args:
+            yield body, None
+
+
+def _is_missing_data_file(value: str, directory: Path, root: Path) -> bool:
+    if not _DATA_FILE.fullmatch(value.strip()):
+        return False
+    relative = Path(value.strip())
+    return (
+        not relative.is_absolute() and not (directory / relative).exists() and not (root / relative).exists()
+    )
+
+
+def _requirements(directory: Path) -> tuple[tuple[str, ...], list[str]]:
+    """Requirements of a server directory beyond nemo-gym (requirements.txt and pyproject.toml)."""
+    found: list[str] = []
+    problems: list[str] = []
+    txt = directory / "requirements.txt"
+    if txt.is_file():
+        try:
+            lines = txt.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{txt.name} cannot be read: {exc}")
+            lines = []
+        for line in lines:
+            requirement = line.split(" #", 1)[0].strip()
+            if not requirement or requirement.startswith("#"):
+                continue
+            if requirement.startswith("-e ") or requirement.startswith("--editable "):
+                requirement = requirement.split(None, 1)[1].strip()
+            elif requirement.startswith("-"):
+                continue  # pip options (--extra-index-url...): not a package
+            found += _beyond_nemo_gym(requirement)
+    pyproject = directory / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            problems.append(f"{pyproject.name} cannot be read: {exc}")
+            project = {}
+        for requirement in project.get("dependencies", []) if isinstance(project, Mapping) else []:
+            found += _beyond_nemo_gym(str(requirement))
+    return tuple(dict.fromkeys(found)), problems
+
+
+_NEMO_GYM_REQUIREMENT = re.compile(r"^nemo[-_]gym\s*(?:\[([^\]]*)\])?", re.IGNORECASE)
+
+
+def _beyond_nemo_gym(requirement: str) -> list[str]:
+    """``[]`` for the line that installs nemo-gym itself (``nemo-gym[dev] @ ../../``, ``../..``).
+
+    Extras other than ``dev`` do add packages, so ``nemo-gym[dev,sandbox]`` gives ``nemo-gym[sandbox]``.
+    """
+    if re.fullmatch(r"(\.\./)*\.\.(/)?", requirement):
+        return []
+    match = _NEMO_GYM_REQUIREMENT.match(requirement)
+    if not match:
+        return [requirement]
+    extras = [e.strip() for e in (match.group(1) or "").split(",") if e.strip() and e.strip() != "dev"]
+    return [f"nemo-gym[{','.join(extras)}]"] if extras else []
+
+
+def _peek_recordings(path: Path) -> tuple[bool, str | None]:
+    """Whether a recordings file's first row holds a recorded ``response`` and ``reward``."""
+    if not path.is_file():
+        return False, None
+    try:
+        with path.open("rb") as handle:
+            first = next((line for line in handle if line.strip()), b"")
+    except OSError as exc:
+        return False, f"{EXAMPLE_ROLLOUTS}: cannot be read ({exc})"
+    try:
+        row = json.loads(first)
+    except ValueError:
+        return False, f"{EXAMPLE_ROLLOUTS}: not JSON lines, placeholder rows?"
+    if not isinstance(row, dict) or "response" not in row or "reward" not in row:
+        return False, f"{EXAMPLE_ROLLOUTS}: no recordings, its rows have no response and reward"
+    return True, None
+
+
+def _source_text(path: Path) -> str:
+    try:
+        stat = path.stat()
+    except OSError:
+        return ""
+    return _read_source(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _read_source(path: Path, _mtime_ns: int, _size: int) -> str:
+    """Source text, cached per file version (many configs share one agent implementation)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _source_reasons(entrypoint: Path) -> tuple[str, ...]:
+    return _reasons_of(_source_text(entrypoint))
+
+
+@functools.lru_cache(maxsize=512)
+def _reasons_of(text: str) -> tuple[str, ...]:
+    reasons = []
+    for pattern, reason in _SOURCE_MARKERS:
+        match = pattern.search(text)
+        if match:
+            reasons.append(reason.format(next(group for group in match.groups() if group).lower()))
+    return tuple(reasons)
+
+
+def _required_secret_fields(entrypoint: Path) -> tuple[str, ...]:
+    return _secret_fields_of(_source_text(entrypoint))
+
+
+@functools.lru_cache(maxsize=512)
+def _secret_fields_of(text: str) -> tuple[str, ...]:
+    """Fields without a default, named like a credential or address, of the source's config classes."""
+    if not any(
+        _ADDRESS_OR_SECRET.search(m.group().split(":")[0].strip()) for m in _BARE_ANNOTATION.finditer(text)
+    ):
+        return ()  # cheap pre-check: parsing every entrypoint costs about a second
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return ()
+    fields = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [
+            b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+            for b in node.bases
+        ]
+        if not any(base.endswith("Config") for base in bases):
+            continue
+        for statement in node.body:
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and statement.value is None
+                and _ADDRESS_OR_SECRET.search(statement.target.id)
+            ):
+                fields.append(statement.target.id)
+    return tuple(dict.fromkeys(fields))
+
+
+def _close_hint(name: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
