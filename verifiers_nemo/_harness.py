@@ -254,7 +254,7 @@ class NeMoGymHarness:
             task_index=task.task_index,
             rollout_index=task.rollout_index,
             example_id=task.example_id,
-            env=self.env_name,
+            env=task.env or self.env_name,
             agent=task.agent_name or self.default_agent,
             endpoint=endpoint.label,
             prompt=list(task.prompt),

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import random
 import signal
 import socket
 import time
+from pathlib import Path
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -50,10 +54,8 @@ def kill_session(sid: int, timeout: float = 5.0) -> list[int]:
         if not pids or time.monotonic() >= deadline:
             return pids
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         time.sleep(0.05)
 
 
@@ -66,15 +68,62 @@ def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports the kernel says are free on ``host`` right now."""
-    sockets = []
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+# Below the kernel's ephemeral range (outgoing connections, e.g. Ray's many, take ports from it) and
+# above Ray's worker ports (10002-19999).
+SERVER_PORT_RANGE = (20000, 32767)
+
+
+class PortReservation:
+    """Ports held for one stack: free when chosen, and locked (a lock file per port) so that other
+    processes using this package skip them until ``release()`` or this process's exit."""
+
+    def __init__(self, ports: list[int], locks: list[int]) -> None:
+        self.ports = ports
+        self._locks = locks
+
+    def release(self) -> None:
+        for fd in self._locks:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._locks = []
+
+
+def reserve_ports(count: int, lock_dir: Path, host: str = "127.0.0.1") -> PortReservation:
+    """``count`` distinct free ports from ``SERVER_PORT_RANGE``, reserved across processes."""
+    low, high = SERVER_PORT_RANGE
+    eph_low, eph_high = _ephemeral_range()
+    candidates = [p for p in range(low, high + 1) if not eph_low <= p <= eph_high]
+    random.SystemRandom().shuffle(candidates)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    ports: list[int] = []
+    locks: list[int] = []
+    for port in candidates:
+        if len(ports) == count:
+            break
+        fd = os.open(lock_dir / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                os.close(fd)
+                continue
+        ports.append(port)
+        locks.append(fd)
+    if len(ports) < count:
+        PortReservation(ports, locks).release()
+        raise OSError(f"no {count} free ports in {low}-{high} on {host}")
+    return PortReservation(ports, locks)

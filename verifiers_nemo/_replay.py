@@ -32,6 +32,33 @@ from ._endpoint import Endpoint
 logger = logging.getLogger(__name__)
 
 ROW_HEADER = "X-Verifiers-Nemo-Replay-Row"
+
+_NOT_SHIPPED = (
+    "its recordings are of tasks that are not in any shipped dataset file, and recordings do not "
+    "keep the ground truth /verify needs ({fields})"
+)
+KNOWN_UNREPRODUCIBLE: dict[str, str] = {
+    # Measured on nemo-gym 0.4.0 over every environment the catalogue marks as needing nothing
+    # beyond nemo-gym (no judge, no external service). Keyed by environment, or "env#row".
+    "blackjack": "an unseeded card game: replayed actions meet different cards, so episodes differ",
+    "gymnasium": "a base class for gymnasium-style servers, not a runnable environment (it exits at start)",
+    "indirect_prompt_injection": _NOT_SHIPPED.format(fields="environment, injection, verifier_config"),
+    "math_advanced_calculations": _NOT_SHIPPED.format(fields="ground_truth"),
+    "ruler": _NOT_SHIPPED.format(fields="outputs"),
+    "workplace_assistant": _NOT_SHIPPED.format(fields="ground_truth"),
+    "equivalence_rule#2": (
+        "the recording ends in a reasoning item with no message and no incomplete_details, so the "
+        "agent asks for another step the recording does not have"
+    ),
+}
+"""Recordings that cannot reproduce their reward from the packaged data, and why."""
+
+
+def unreproducible_reason(env: str, row: int | None = None) -> str | None:
+    """Why ``env`` (or one recorded row of it) cannot be replayed, if it is known not to."""
+    return KNOWN_UNREPRODUCIBLE.get(env) or (
+        KNOWN_UNREPRODUCIBLE.get(f"{env}#{row}") if row is not None else None
+    )
 REPLAY_MODEL = "replay"
 _ZERO_USAGE = {
     "input_tokens": 0,
@@ -52,21 +79,32 @@ def _as_items(value: Any) -> list[Any]:
     return list(value or [])
 
 
+def _written_by_agent(item: dict[str, Any]) -> bool:
+    """Items the Gym agent adds itself: tool results, and observations sent back as user messages."""
+    return item.get("type") == "function_call_output" or (
+        item.get("type", "message") == "message" and item.get("role") in ("user", "system", "developer")
+    )
+
+
 @dataclass(frozen=True)
 class Recording:
-    """One recorded rollout: the original input and the model's full output."""
+    """One recorded rollout: the original input, the model's full output, how the last call ended."""
 
     input: list[Any]
     output: list[dict[str, Any]]
+    incomplete_details: dict[str, Any] | None = None
 
-    def step(self, done: int) -> list[dict[str, Any]] | None:
-        """The items the model produced after ``done`` output items, up to the next tool result."""
+    def step(self, done: int) -> tuple[list[dict[str, Any]], bool] | None:
+        """The items the model produced after ``done`` output items, up to what the agent adds
+        next (a tool result or an observation), and whether this is the recording's last step."""
         if done >= len(self.output):
             return None
         end = done
-        while end < len(self.output) and self.output[end].get("type") != "function_call_output":
+        while end < len(self.output) and not _written_by_agent(self.output[end]):
             end += 1
-        return self.output[done:end] or None
+        if end == done:
+            return None
+        return self.output[done:end], end == len(self.output)
 
 
 def _input_key(value: Any) -> str:
@@ -147,6 +185,7 @@ class ReplayUpstream:
             recordings[task.task_index] = Recording(
                 input=_as_items(task.row["responses_create_params"].get("input")),
                 output=list(response.get("output") or []),
+                incomplete_details=response.get("incomplete_details"),
             )
         ordered = sorted(recordings)
         replay = cls([recordings[i] for i in ordered])
@@ -196,8 +235,8 @@ class ReplayUpstream:
                 status=404,
             )
         recording, done = found
-        step = recording.step(done)
-        if step is None:
+        found_step = recording.step(done)
+        if found_step is None:
             return web.json_response(
                 {
                     "error": {
@@ -207,13 +246,16 @@ class ReplayUpstream:
                 },
                 status=409,
             )
+        step, last = found_step
+        incomplete = recording.incomplete_details if last else None
         return web.json_response(
             {
                 "id": f"resp_replay_{id(recording):x}_{done}",
                 "object": "response",
                 "created_at": time.time(),
                 "model": body.get("model") or REPLAY_MODEL,
-                "status": "completed",
+                "status": "incomplete" if incomplete else "completed",
+                "incomplete_details": incomplete,
                 "output": step,
                 "parallel_tool_calls": body.get("parallel_tool_calls", True),
                 "tool_choice": body.get("tool_choice", "auto"),

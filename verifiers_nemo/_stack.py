@@ -39,12 +39,13 @@ from ._gym_config import (
     server_instances,
     server_requirements,
 )
-from ._procs import free_ports, kill_session, port_accepts, rss_bytes, session_pids
+from ._procs import PortReservation, kill_session, port_accepts, reserve_ports, rss_bytes, session_pids
 from ._runtime import GymRuntime, cache_dir, find_gym_runtime
 
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
+_START_ATTEMPTS = 3
 POLICY_IMPLEMENTATION = "verifiers_nemo_policy"
 _GYM_SIDE = Path(__file__).parent / "_gym_side"
 _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
@@ -102,6 +103,7 @@ class _Launch:
     head_port: int
     servers: dict[str, tuple[ServerInstance, int]]
     started_at: float
+    ports: PortReservation | None = None
     ready_seconds: float = 0.0
     stopped: bool = False
 
@@ -177,12 +179,20 @@ class GymStack:
             self._generation += 1
             self._dead.clear()
             self._dead_reason = None
-            self._launch = self._spawn(self.runtime)
-            try:
-                self._wait_ready(self._launch)
-            except BaseException:
-                self._stop_locked(keep_run_dir=True)
-                raise
+            for attempt in range(1, _START_ATTEMPTS + 1):
+                self._launch = self._spawn(self.runtime)
+                try:
+                    self._wait_ready(self._launch)
+                    break
+                except StackStartError:
+                    collided = "address already in use" in self._log_tail(self._launch, lines=10_000)
+                    self._stop_locked(keep_run_dir=True)
+                    if not collided or attempt == _START_ATTEMPTS:
+                        raise
+                    logger.warning("Gym stack %s: a port was taken while starting; retrying", self.config.name)
+                except BaseException:
+                    self._stop_locked(keep_run_dir=True)
+                    raise
             self._start_monitor()
             _registry_track(self)
             info = self.info()
@@ -355,7 +365,8 @@ class GymStack:
                 }
             )
         )
-        head_port, *ports = free_ports(1 + len(self._instances))
+        reservation = reserve_ports(1 + len(self._instances), cache_dir() / "ports")
+        head_port, *ports = reservation.ports
         servers = {i.name: (i, port) for i, port in zip(self._instances, ports, strict=True)}
         config_paths = ",".join(str(Path(p).resolve()) for p in (*self.config.config_paths, policy_yaml))
         argv = [
@@ -396,6 +407,7 @@ class GymStack:
             head_port=head_port,
             servers=servers,
             started_at=time.monotonic(),
+            ports=reservation,
         )
 
     def _log_tail(self, launch: _Launch, lines: int = 40) -> str:
@@ -405,6 +417,19 @@ class GymStack:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
+    def _failure_summary(self, launch: _Launch) -> str:
+        """The crashed server's own last log lines when ng_run names one, else the log's tail."""
+        try:
+            text = launch.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        crashed = re.findall(r"Process `([^`]+)` finished unexpectedly", text)
+        if not crashed:
+            return "\n".join(text.splitlines()[-40:])
+        name = crashed[-1]
+        own = [line for line in text.splitlines() if line.startswith(f"({name}) ")]
+        return f"Gym server {name} exited. Its last log lines:\n" + "\n".join(own[-25:])
+
     def _wait_ready(self, launch: _Launch) -> None:
         deadline = launch.started_at + self.config.start_timeout
         pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
@@ -412,7 +437,7 @@ class GymStack:
             if launch.supervisor.poll() is not None:
                 raise StackStartError(
                     f"Gym stack {self.config.name} exited while starting (log: {launch.log_path}):\n"
-                    f"{self._log_tail(launch)}"
+                    f"{self._failure_summary(launch)}"
                 )
             for name, port in list(pending.items()):
                 if _http_ok(port):
@@ -452,6 +477,8 @@ class GymStack:
         if launch.supervisor.poll() is None:
             launch.supervisor.kill()
             launch.supervisor.wait(timeout=5)
+        if launch.ports is not None:
+            launch.ports.release()
         if survivors:
             logger.error("Gym stack %s: processes %s survived SIGKILL", self.config.name, survivors)
         if not keep_run_dir and not self._dead.is_set():

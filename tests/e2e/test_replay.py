@@ -1,0 +1,77 @@
+"""The replay policy through the real stack reproduces the rewards recorded in nemo-gym's own data."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+
+import pytest
+
+from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset
+from verifiers_nemo._catalogue import get_environment, list_environments
+from verifiers_nemo._replay import ReplayUpstream, replay_tasks, unreproducible_reason
+from verifiers_nemo._result import RolloutResult
+
+pytestmark = pytest.mark.e2e
+
+NAMED = ["example_single_tool_call", "example_session_state_mgmt", "example_multi_step"]
+OFFLINE = sorted(e.name for e in list_environments() if e.runs_offline_with_nemo_gym_only)
+RUNNABLE = [name for name in OFFLINE if unreproducible_reason(name) is None]
+BATCH = 9  # environments per stack: ~2 servers each, ~4 GB together
+
+
+def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
+    tasks, replays = [], {}
+    for env in envs:
+        env_tasks = replay_tasks(NeMoGymTaskset(env, recorded=True))
+        replays[env] = ReplayUpstream.from_tasks(env_tasks).start()
+        tasks += env_tasks
+    recorded = {(t.env, t.task_index): float(t.recorded_reward) for t in tasks}
+    harness = NeMoGymHarness(
+        f"replay-{envs[0]}", config_paths=[get_environment(e).default_config.path for e in envs], timeout=120
+    )
+
+    async def run() -> list[RolloutResult]:
+        async with harness:
+            return [r async for r in harness.run(tasks, lambda t: replays[t.env].endpoint_for(t), concurrency=16)]
+
+    try:
+        results = asyncio.run(run())
+    finally:
+        for replay in replays.values():
+            replay.stop()
+    return {(r.env, r.task_index): (r, recorded[(r.env, r.task_index)]) for r in results}
+
+
+@pytest.fixture(scope="module")
+def replayed() -> Iterator[dict[tuple[str, int], tuple[RolloutResult, float]]]:
+    results: dict[tuple[str, int], tuple[RolloutResult, float]] = {}
+    for start in range(0, len(RUNNABLE), BATCH):
+        results.update(_replay_batch(RUNNABLE[start : start + BATCH]))
+    yield results
+
+
+def test_the_three_named_environments_are_replayable() -> None:
+    assert set(NAMED) <= set(RUNNABLE)
+
+
+def test_exclusions_name_only_offline_environments() -> None:
+    from verifiers_nemo._replay import KNOWN_UNREPRODUCIBLE
+
+    assert {key.split("#")[0] for key in KNOWN_UNREPRODUCIBLE} <= set(OFFLINE)
+
+
+@pytest.mark.parametrize("env", RUNNABLE)
+def test_replay_reproduces_every_recorded_reward(env: str, replayed: dict) -> None:
+    rows = sorted((index, pair) for (name, index), pair in replayed.items() if name == env)
+    assert rows, f"no recorded rollouts replayed for {env}"
+    checked = 0
+    for index, (result, recorded) in rows:
+        if unreproducible_reason(env, index):
+            continue
+        assert result.error is None, f"{env} row {index}: {result.error.type}: {result.error.message}"
+        assert math.isclose(result.reward, recorded), f"{env} row {index}: {result.reward} != {recorded}"
+        assert result.trace and result.completion
+        checked += 1
+    assert checked >= 4
