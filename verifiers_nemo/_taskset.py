@@ -698,7 +698,9 @@ def _resolve_source(
 ) -> tuple[Path, str | None, bool]:
     """``(file, the agent its rows default to, for packaged data the agents of the config that owns it)``."""
     if jsonl_path is not None:
-        return Path(jsonl_path).expanduser(), None, None
+        # With an environment, rows without agent_ref run on its default agent (its only one, usually).
+        fallback = env.default_agent.name if env is not None and env.default_agent is not None else None
+        return Path(jsonl_path).expanduser(), fallback, None
     assert env is not None
     default_agent = env.default_agent
     if default_agent is None:

@@ -1,0 +1,125 @@
+"""Scripted policies for end-to-end tests: local Responses-API servers whose answer is a function of
+the conversation, so any number of concurrent rollouts can share one server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+Handler = Callable[[dict[str, Any], web.Request], Awaitable[Any]]
+
+
+def message(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{uuid.uuid4().hex}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def function_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{uuid.uuid4().hex}",
+        "call_id": f"call_{uuid.uuid4().hex}",
+        "name": name,
+        "arguments": json.dumps(arguments),
+        "status": "completed",
+    }
+
+
+def response(body: dict[str, Any], output: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": time.time(),
+        "model": body.get("model"),
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": body.get("tools") or [],
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "total_tokens": 15,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+class PolicyServer:
+    """An aiohttp Responses server on 127.0.0.1 (runs on the test's event loop)."""
+
+    def __init__(self, handler: Handler, name: str = "policy") -> None:
+        self.handler = handler
+        self.name = name
+        self.calls = 0
+        self.authorizations: set[str] = set()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _respond(self, request: web.Request) -> web.StreamResponse:
+        self.calls += 1
+        self.authorizations.add(request.headers.get("Authorization", ""))
+        body = await request.json()
+        answer = await self.handler(body, request)
+        if isinstance(answer, web.StreamResponse):
+            return answer
+        return web.json_response(response(body, answer))
+
+    async def __aenter__(self) -> PolicyServer:
+        app = web.Application()
+        app.router.add_post("/v1/responses", self._respond)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def user_text(body: dict[str, Any]) -> str:
+    items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+    return next(i["content"] for i in items if i.get("role") == "user" and isinstance(i.get("content"), str))
+
+
+def tool_results(body: dict[str, Any]) -> list[str]:
+    items = body["input"] if isinstance(body["input"], list) else []
+    return [i["output"] for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"]
+
+
+async def counter_policy(body: dict[str, Any], request: web.Request) -> list[dict[str, Any]]:
+    """Solves example_session_state_mgmt rows 'add A then add B then get the count' with tools."""
+    a, b = (int(x) for x in re.findall(r"add (\d+)", user_text(body)))
+    done = tool_results(body)
+    if len(done) == 0:
+        return [function_call("increment_counter", {"count": a})]
+    if len(done) == 1:
+        return [function_call("increment_counter", {"count": b})]
+    if len(done) == 2:
+        return [function_call("get_counter_value", {})]
+    return [message(f"The count is {json.loads(done[2])['count']}.")]
+
+
+async def hang_forever(body: dict[str, Any], request: web.Request) -> Any:
+    await asyncio.sleep(3600)
+    return []

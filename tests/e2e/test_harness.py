@@ -1,0 +1,148 @@
+"""NeMoGymHarness on the real stack (example_session_state_mgmt) with scripted local policies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from tests.e2e.policies import PolicyServer, counter_policy, hang_forever
+from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+ENV = "example_session_state_mgmt"
+
+
+def _counter_rows(path: Path, count: int, seed: int = 7) -> list[float]:
+    """``count`` counter tasks; every third one expects a wrong count, so its reward must be 0."""
+    from verifiers_nemo._catalogue import get_environment
+
+    example = json.loads(get_environment(ENV).default_dataset.path.read_text().splitlines()[0])
+    rng = random.Random(seed)
+    expected = []
+    with open(path, "w") as f:
+        for i in range(count):
+            a, b, start = rng.randint(1, 99), rng.randint(1, 99), rng.randint(0, 50)
+            right = i % 3 != 0
+            row = {
+                "responses_create_params": {
+                    "input": [{"role": "user", "content": f"add {a} then add {b} then get the count"}],
+                    "tools": example["responses_create_params"]["tools"],
+                },
+                "initial_count": start,
+                "expected_count": start + a + b + (0 if right else 1),
+                "id": f"counter-{i}",
+            }
+            f.write(json.dumps(row) + "\n")
+            expected.append(1.0 if right else 0.0)
+    return expected
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def harness() -> AsyncIterator[NeMoGymHarness]:
+    async with NeMoGymHarness(ENV, timeout=60) as h:
+        yield h
+
+
+async def test_hundred_concurrent_rollouts_keep_their_sessions_and_routes(harness, tmp_path: Path) -> None:
+    expected = _counter_rows(tmp_path / "tasks.jsonl", 100)
+    tasks = NeMoGymTaskset(ENV, jsonl_path=tmp_path / "tasks.jsonl")
+    servers = [PolicyServer(counter_policy, name=f"upstream-{i}") for i in range(4)]
+    for server in servers:
+        await server.__aenter__()
+    try:
+        endpoints = [
+            Endpoint(base_url=s.base_url, model=f"model-{i}", api_key=f"sk-key-{i}", name=s.name)
+            for i, s in enumerate(servers)
+        ]
+        assignment = {}
+
+        def pick(task):
+            assignment[task.task_index] = endpoints[task.task_index % 4]
+            return assignment[task.task_index]
+
+        results = [r async for r in harness.run(tasks, pick, concurrency=32)]
+    finally:
+        for server in servers:
+            await server.__aexit__(None, None, None)
+
+    assert sorted(r.task_index for r in results) == list(range(100))
+    for r in results:
+        assert r.error is None, r.error
+        assert r.reward == expected[r.task_index], (r.task_index, r.reward)
+        endpoint = assignment[r.task_index]
+        assert r.endpoint == endpoint.label
+        assert len(r.trace) == 4
+        assert all(call.request["model"] == endpoint.model for call in r.trace)
+        assert r.usage["total_tokens"] == 60
+        assert r.completion[-1]["role"] == "assistant" and "The count is" in r.completion[-1]["content"]
+        assert [m["role"] for m in r.completion].count("tool") == 3
+    for i, server in enumerate(servers):
+        assert server.authorizations == {f"Bearer sk-key-{i}"}  # each upstream saw only its own key
+        assert server.calls == 25 * 4
+    assert harness.proxy.open_routes == 0
+
+
+async def test_rollout_timeout_is_typed_and_closes_the_route(harness) -> None:
+    task = NeMoGymTaskset(ENV)[0]
+    async with PolicyServer(hang_forever) as server:
+        started = time.monotonic()
+        result = await harness.rollout(task, Endpoint(base_url=server.base_url, model="m"), timeout=2)
+    assert result.error is not None and result.error.type == "timeout"
+    assert result.reward is None
+    assert time.monotonic() - started < 10
+    assert harness.proxy.open_routes == 0
+
+
+async def test_dead_upstream_is_a_typed_error_and_the_batch_completes(harness, tmp_path: Path) -> None:
+    expected = _counter_rows(tmp_path / "tasks.jsonl", 8)
+    tasks = NeMoGymTaskset(ENV, jsonl_path=tmp_path / "tasks.jsonl")
+    dead = Endpoint(base_url="http://127.0.0.1:9/v1", model="m", name="dead")  # nothing listens on 9
+    async with PolicyServer(counter_policy) as server:
+        good = Endpoint(base_url=server.base_url, model="m", name="good")
+        started = time.monotonic()
+        results = [r async for r in harness.run(tasks, lambda t: dead if t.task_index < 3 else good, concurrency=8)]
+    assert time.monotonic() - started < 60
+    by_index = {r.task_index: r for r in results}
+    for index in range(3):
+        assert by_index[index].error is not None and by_index[index].error.type == "upstream"
+        assert by_index[index].reward is None
+    for index in range(3, 8):
+        assert by_index[index].error is None and by_index[index].reward == expected[index]
+
+
+async def test_killed_gym_server_fails_in_flight_rollouts_then_the_stack_restarts(harness, tmp_path) -> None:
+    expected = _counter_rows(tmp_path / "tasks.jsonl", 24)
+    tasks = NeMoGymTaskset(ENV, jsonl_path=tmp_path / "tasks.jsonl")
+
+    async def slow_counter(body, request):
+        await asyncio.sleep(0.5)
+        return await counter_policy(body, request)
+
+    generation = harness.stack.generation
+    resources_port = int(harness.stack.info().server_urls[f"{ENV}_resources_server"].rsplit(":", 1)[1])
+    results = []
+    async with PolicyServer(slow_counter) as server:
+        endpoint = Endpoint(base_url=server.base_url, model="m")
+        async for result in harness.run(tasks, endpoint, concurrency=8):
+            results.append(result)
+            if len(results) == 4:
+                from tests.e2e.test_stack import _listening_pid
+
+                os.kill(_listening_pid(resources_port), signal.SIGKILL)
+
+    assert sorted(r.task_index for r in results) == list(range(24))  # nothing lost, nothing twice
+    down = [r for r in results if r.error is not None]
+    assert down and all(r.error.type == "gym_server_down" and r.reward is None for r in down)
+    later = [r for r in results[4:] if r.error is None]
+    assert later, "no rollout succeeded after the restart"
+    assert all(r.reward == expected[r.task_index] for r in results if r.error is None)
+    assert harness.stack.generation > generation

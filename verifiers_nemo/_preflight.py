@@ -1,0 +1,203 @@
+"""Checks before an eval starts anything: the endpoint URL, the API key variable, the server and model.
+
+Each failure is a ``PreflightError`` with one message that names the problem and the fix, raised
+within seconds (the Gym stack has not started yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import ipaddress
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ._errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
+PREFLIGHT_TIMEOUT_S = 5.0
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class PreflightError(ConfigurationError):
+    """The endpoint cannot be used; ``usage`` tells bad input (exit 2) from an unreachable server (1)."""
+
+    def __init__(self, message: str, *, usage: bool = True) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+def check_base_url(url: str) -> str:
+    """An http(s) base URL with a host (and a valid port when one is given), without a trailing ``/``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        guess = f"http://{url}" if "://" not in url else None
+        hint = f" Did you mean {guess}?" if guess else ""
+        raise PreflightError(
+            f"-b {url!r} has no http:// or https:// scheme.{hint} "
+            "Pass the OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1."
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        raise PreflightError(f"-b {url!r} has an invalid port; e.g. http://127.0.0.1:8000/v1.") from None
+    if not parts.hostname:
+        raise PreflightError(f"-b {url!r} has no host; e.g. http://127.0.0.1:8000/v1.")
+    if parts.scheme == "http" and port is None and is_loopback(parts.hostname):
+        raise PreflightError(
+            f"-b {url!r} names a local server without a port (so port 80); local inference servers "
+            "listen on a port such as 8000: http://127.0.0.1:8000/v1."
+        )
+    return url.rstrip("/")
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """The key for the endpoint (never logged) and the variable it came from."""
+
+    value: str | None
+    var: str
+    explicit: bool
+    """The variable was named with ``-k`` (so it must be set)."""
+
+
+def resolve_api_key(var: str | None, environ: Mapping[str, str] | None = None) -> ApiKey:
+    """Read the API key variable. A variable named with ``-k`` must be set; the default
+    ``OPENAI_API_KEY`` may be unset (keyless local servers), and a server that then refuses the
+    request at preflight gets a message naming the variable."""
+    environ = os.environ if environ is None else environ
+    explicit = var is not None
+    name = var if var is not None else DEFAULT_API_KEY_VAR
+    if not _VAR_NAME.fullmatch(name):
+        # never echo it: people sometimes pass the key itself
+        raise PreflightError(
+            "-k takes the NAME of the environment variable that holds the API key (e.g. -k OPENAI_API_KEY), "
+            "not the key itself; what was given is no variable name."
+        )
+    value = environ.get(name) or None
+    if explicit and value is None:
+        raise PreflightError(
+            f"The API key variable ${name} (named with -k) is not set. Export it (export {name}=...) "
+            "or name another variable with -k."
+        )
+    return ApiKey(value=value, var=name, explicit=explicit)
+
+
+async def list_models(
+    base_url: str, key: ApiKey, *, timeout: float = PREFLIGHT_TIMEOUT_S
+) -> list[str] | None:
+    """``GET {base_url}/models``: the model ids served, or None when the server does not list them.
+
+    Raises PreflightError when the server cannot be reached, refuses the key, or answers garbage.
+    """
+    import aiohttp
+
+    url = f"{base_url}/models"
+    headers = {"Authorization": f"Bearer {key.value}"} if key.value else {}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            session.get(url, headers=headers, allow_redirects=True) as response,
+        ):
+            status = response.status
+            text = await response.text(errors="replace")
+    except TimeoutError:
+        raise PreflightError(
+            f"The endpoint {base_url} did not answer GET /models within {timeout:g}s. "
+            "Is the inference server up and reachable from here?",
+            usage=False,
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise PreflightError(
+            f"Cannot reach the endpoint {base_url} ({_reason(exc)}). Is the inference server running, "
+            "and is -b right (scheme, host, port, /v1)?",
+            usage=False,
+        ) from None
+    if status in (401, 403):
+        if key.value is None:
+            raise PreflightError(
+                f"The endpoint {base_url} needs an API key (GET /models answered {status}) and ${key.var} "
+                f"is not set. Export {key.var}=... or name the variable holding the key with -k."
+            )
+        raise PreflightError(
+            f"The endpoint {base_url} refused the API key in ${key.var} (GET /models answered {status}). "
+            "Check the key, or name another variable with -k."
+        )
+    if status == 404 or status == 405:
+        logger.warning(
+            "%s does not list its models (GET /models answered %d); not checking -m", base_url, status
+        )
+        return None
+    if status >= 400:
+        raise PreflightError(
+            f"The endpoint {base_url} answered GET /models with HTTP {status}: {text[:200]!r}. "
+            "Is -b the server's OpenAI-compatible base URL (usually ending in /v1)?",
+            usage=False,
+        )
+    try:
+        import json
+
+        data = json.loads(text)
+        models = [str(m["id"]) for m in data["data"]]
+    except (ValueError, KeyError, TypeError):
+        raise PreflightError(
+            f"{url} did not answer with an OpenAI model list ({text[:120]!r}). "
+            "Is -b the OpenAI-compatible base URL (usually ending in /v1)?",
+            usage=False,
+        ) from None
+    return models
+
+
+def _reason(exc: BaseException) -> str:
+    import aiohttp
+
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = exc.os_error
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+    return str(exc) or type(exc).__name__
+
+
+def choose_model(model: str | None, served: list[str] | None, base_url: str) -> str:
+    """The model to evaluate: ``-m`` when the server serves it, else the only one it serves."""
+    if served is None:
+        if not model:
+            raise PreflightError(f"Pass the model to evaluate with -m ({base_url} does not list its models).")
+        return model
+    if model:
+        if model in served:
+            return model
+        close = difflib.get_close_matches(model, served, n=3, cutoff=0.4)
+        hint = f" Closest: {', '.join(close)}." if close else ""
+        listing = ", ".join(served[:10]) + (f" (+{len(served) - 10} more)" if len(served) > 10 else "")
+        raise PreflightError(
+            f"Model {model!r} is not served by {base_url}.{hint} It serves: {listing or '(nothing)'}."
+        )
+    if len(served) == 1:
+        logger.info("using the only model %s serves: %s", base_url, served[0])
+        return served[0]
+    listing = ", ".join(served[:10]) or "(nothing)"
+    raise PreflightError(f"Pass the model to evaluate with -m; {base_url} serves: {listing}.")
+
+
+def preflight(base_url: str, model: str | None, key: ApiKey, *, timeout: float = PREFLIGHT_TIMEOUT_S) -> str:
+    """Check the endpoint and return the model to evaluate (blocking; at most ``timeout`` seconds)."""
+    served = asyncio.run(list_models(base_url, key, timeout=timeout))
+    return choose_model(model, served, base_url)
