@@ -23,6 +23,7 @@ from ._errors import (
     RolloutTimeout,
     UpstreamError,
 )
+from ._gym_config import merged_configs, server_instances
 from ._proxy import RoutingProxy, get_proxy
 from ._result import (
     ROUTE_METADATA_KEY,
@@ -33,7 +34,6 @@ from ._result import (
     strip_route,
     sum_usage,
 )
-from ._gym_config import merged_configs, server_instances
 from ._stack import GymStack, StackConfig, acquire_stack, release_stack
 from ._taskset import NeMoGymTaskset, Task
 

@@ -56,9 +56,9 @@ KNOWN_UNREPRODUCIBLE: dict[str, str] = {
 
 def unreproducible_reason(env: str, row: int | None = None) -> str | None:
     """Why ``env`` (or one recorded row of it) cannot be replayed, if it is known not to."""
-    return KNOWN_UNREPRODUCIBLE.get(env) or (
-        KNOWN_UNREPRODUCIBLE.get(f"{env}#{row}") if row is not None else None
-    )
+    return KNOWN_UNREPRODUCIBLE.get(env) or (KNOWN_UNREPRODUCIBLE.get(f"{env}#{row}") if row is not None else None)
+
+
 REPLAY_MODEL = "replay"
 _ZERO_USAGE = {
     "input_tokens": 0,

@@ -101,9 +101,7 @@ def extract_metrics(gym_result: dict[str, Any]) -> dict[str, float]:
     for key, value in gym_result.items():
         if key in _NOT_METRICS:
             continue
-        if isinstance(value, bool):
-            metrics[key] = float(value)
-        elif isinstance(value, int | float) and not math.isnan(value):
+        if isinstance(value, bool) or (isinstance(value, int | float) and not math.isnan(value)):
             metrics[key] = float(value)
     return metrics
 

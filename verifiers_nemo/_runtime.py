@@ -96,9 +96,7 @@ def find_python312() -> Path:
 
 def _probe(python: Path) -> dict:
     try:
-        out = subprocess.run(
-            [str(python), "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
+        out = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True).stdout
     except FileNotFoundError as exc:
         raise GymRuntimeError(f"Gym interpreter {python} does not exist.") from exc
     except subprocess.CalledProcessError as exc:
@@ -163,9 +161,7 @@ def _managed_runtime(build: bool) -> GymRuntime:
             env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
             logger.info("Building the Gym runtime in %s (once; nemo-gym is large)", venv)
             try:
-                subprocess.run(
-                    [*uv, "venv", "-q", "--clear", "-p", str(base), str(venv)], env=env, check=True
-                )
+                subprocess.run([*uv, "venv", "-q", "--clear", "-p", str(base), str(venv)], env=env, check=True)
                 subprocess.run(
                     [
                         *uv,

@@ -196,9 +196,7 @@ class GymStack:
             self._start_monitor()
             _registry_track(self)
             info = self.info()
-            logger.info(
-                "Gym stack %s ready in %.1fs: %s", self.config.name, info.ready_seconds, info.server_urls
-            )
+            logger.info("Gym stack %s ready in %.1fs: %s", self.config.name, info.ready_seconds, info.server_urls)
             return info
 
     def stop(self) -> None:
@@ -470,9 +468,7 @@ class GymStack:
         try:
             launch.supervisor.wait(timeout=self.config.stop_timeout)
         except subprocess.TimeoutExpired:
-            logger.warning(
-                "Gym stack %s did not stop in %.0fs; killing it", self.config.name, self.config.stop_timeout
-            )
+            logger.warning("Gym stack %s did not stop in %.0fs; killing it", self.config.name, self.config.stop_timeout)
         survivors = kill_session(sid, timeout=5.0)
         if launch.supervisor.poll() is None:
             launch.supervisor.kill()

@@ -174,9 +174,7 @@ async def test_replay_reproduces_recorded_rewards_and_saves_them(tmp_path: Path,
     assert run_dir.parent.name == f"{ENV}--replay"
     recorded = [
         json.loads(line)["reward"]
-        for line in (gym_root / "resources_servers" / ENV / "data" / "example_rollouts.jsonl")
-        .read_text()
-        .splitlines()
+        for line in (gym_root / "resources_servers" / ENV / "data" / "example_rollouts.jsonl").read_text().splitlines()
         if line.strip()
     ]
     lines = sorted(_lines(run_dir), key=lambda r: r["task_index"])
@@ -200,9 +198,7 @@ def _expected_pass(correct: list[int], n: int) -> tuple[dict[str, float], dict[s
     return at, power
 
 
-async def test_scripted_upstream_gives_the_right_pass_at_k(
-    tmp_path: Path, example_prompts: list[str]
-) -> None:
+async def test_scripted_upstream_gives_the_right_pass_at_k(tmp_path: Path, example_prompts: list[str]) -> None:
     correct = [4, 3, 2, 1, 0]
     async with SynonymPolicy(example_prompts, correct) as policy:
         code, out, err = await _cli(
@@ -230,9 +226,7 @@ async def test_scripted_upstream_gives_the_right_pass_at_k(
     assert policy.first_calls == Counter({i: 4 for i in range(5)})
 
 
-async def test_interrupted_run_resumes_exactly_the_missing_rollouts(
-    tmp_path: Path, example_prompts: list[str]
-) -> None:
+async def test_interrupted_run_resumes_exactly_the_missing_rollouts(tmp_path: Path, example_prompts: list[str]) -> None:
     out_dir = tmp_path / "out"
     async with SynonymPolicy(example_prompts, [4] * 5, delay=0.4) as policy:
         args = ["eval", ENV, "-b", policy.base_url, "-n", "5", "-r", "4", "-c", "2", "-s", "-o", str(out_dir)]
@@ -373,6 +367,4 @@ async def test_envs_lists_the_catalogue_and_filters_runnable(tmp_path: Path) -> 
         "NEEDS",
         "RECORDED",
     ]
-    assert any(
-        line.startswith("example_multi_step ") and "simple_agent" in line for line in table.splitlines()
-    )
+    assert any(line.startswith("example_multi_step ") and "simple_agent" in line for line in table.splitlines())

@@ -22,6 +22,10 @@ pytestmark = pytest.mark.e2e
 UNUSED_POLICY = "http://127.0.0.1:9"  # nothing calls the policy in these tests
 
 
+def _config(root: Path, env: str) -> StackConfig:
+    return StackConfig(env, (env_config(root, env),), UNUSED_POLICY)
+
+
 def _get(url: str) -> int:
     with urllib.request.urlopen(url, timeout=5) as response:
         return response.status
@@ -33,7 +37,7 @@ def _ports(stack: GymStack) -> list[int]:
 
 
 def test_stack_starts_answers_and_stops_without_leftovers(gym_root: Path) -> None:
-    stack = GymStack(StackConfig("example_single_tool_call", (env_config(gym_root, "example_single_tool_call"),), UNUSED_POLICY))
+    stack = GymStack(_config(gym_root, "example_single_tool_call"))
     info = stack.start()
     sid = stack._launch.supervisor.pid
     ports = _ports(stack)
@@ -53,8 +57,8 @@ def test_stack_starts_answers_and_stops_without_leftovers(gym_root: Path) -> Non
 
 
 def test_two_stacks_of_different_environments_run_at_once(gym_root: Path) -> None:
-    a = GymStack(StackConfig("example_single_tool_call", (env_config(gym_root, "example_single_tool_call"),), UNUSED_POLICY))
-    b = GymStack(StackConfig("example_multi_step", (env_config(gym_root, "example_multi_step"),), UNUSED_POLICY))
+    a = GymStack(_config(gym_root, "example_single_tool_call"))
+    b = GymStack(_config(gym_root, "example_multi_step"))
     try:
         a.start()
         b.start()
@@ -68,7 +72,7 @@ def test_two_stacks_of_different_environments_run_at_once(gym_root: Path) -> Non
 
 
 def test_killed_server_is_detected_and_restart_brings_the_stack_back(gym_root: Path) -> None:
-    stack = GymStack(StackConfig("example_single_tool_call", (env_config(gym_root, "example_single_tool_call"),), UNUSED_POLICY))
+    stack = GymStack(_config(gym_root, "example_single_tool_call"))
     deaths: list[tuple[int, str]] = []
     stack.on_death(lambda generation, reason: deaths.append((generation, reason)))
     try:
@@ -157,7 +161,7 @@ def test_missing_config_file_is_named(tmp_path: Path) -> None:
 
 
 def test_server_with_missing_requirements_names_them(gym_root: Path) -> None:
-    stack = GymStack(StackConfig("mcqa", (env_config(gym_root, "mcqa"),), UNUSED_POLICY))
+    stack = GymStack(_config(gym_root, "mcqa"))
     with pytest.raises(MissingRequirementsError, match=r"(?s)tiktoken.*isolated_venvs=True"):
         stack.start()
     assert not stack.running

@@ -5,7 +5,8 @@ session leader and every process ``ng_run`` starts, Ray's included, shares its s
 stdin is a pipe from the owner: EOF means the owner is gone (even after SIGKILL), which is how a
 stack never outlives the process that started it.
 
-Teardown: SIGINT to every process of the session (servers shut down gracefully on it), wait until the servers' ports are closed or ``grace_s`` passed, then SIGKILL every process left
+Teardown: SIGINT to every process of the session (servers shut down gracefully on it), wait
+until the servers' ports are closed or ``grace_s`` passed, then SIGKILL every process left
 in the session. Standard library only: this file runs in the Gym interpreter, which need not have
 verifiers_nemo installed.
 """
@@ -58,9 +59,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
     with open(spec["log"], "ab", buffering=0) as log:
-        ng_run = subprocess.Popen(
-            spec["argv"], cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log
-        )
+        ng_run = subprocess.Popen(spec["argv"], cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
         def watch_owner() -> None:
             while sys.stdin.buffer.read(1):
