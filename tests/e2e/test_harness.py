@@ -146,3 +146,32 @@ async def test_killed_gym_server_fails_in_flight_rollouts_then_the_stack_restart
     assert later, "no rollout succeeded after the restart"
     assert all(r.reward == expected[r.task_index] for r in results if r.error is None)
     assert harness.stack.generation > generation
+
+
+async def test_chat_endpoint_token_ids_reach_the_trace_and_are_contiguous(harness) -> None:
+    from tests.unit.fake_upstream import FakeReply, FakeUpstream
+    from verifiers_nemo._trace import check_contiguity
+
+    task = NeMoGymTaskset(ENV)[0]
+    async with FakeUpstream("vllm", token_ids=True) as fake:
+        fake.script(
+            FakeReply.call_tools(("increment_counter", {"count": 1})),
+            FakeReply.call_tools(("get_counter_value", {})),
+            FakeReply.say("done", reasoning="counted"),
+        )
+        endpoint = Endpoint(
+            base_url=fake.base_url,
+            model="served-model",
+            api="chat",
+            sampling_args={"logprobs": True, "return_token_ids": True},
+        )
+        result = await harness.rollout(task, endpoint, sampling_args={"temperature": 0.5, "max_tokens": 64})
+
+    assert result.error is None, result.error
+    assert len(result.trace) == 3
+    assert all(call.has_tokens and call.completion_logprobs for call in result.trace)
+    assert check_contiguity(result.trace), check_contiguity(result.trace).message
+    sent = fake.requests[0].body
+    assert sent["model"] == "served-model" and sent["temperature"] == 0.5
+    assert sent["logprobs"] is True and "verifiers_nemo_route" not in json.dumps(sent)
+    assert result.completion[-1]["content"] == "done" and result.completion[-1]["reasoning_content"] == "counted"
