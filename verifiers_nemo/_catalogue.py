@@ -23,7 +23,6 @@ import json
 import logging
 import re
 import threading
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 import yaml
 
 from ._errors import ConfigurationError, GymRuntimeError, UnknownEnvironmentError
+from ._gym_config import requirements_beyond_nemo_gym
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +51,7 @@ _STACK_SUPPLIED = frozenset({"policy_base_url", "policy_api_key", "policy_model_
 # Resources-server flags that switch a configured judge model off.
 _JUDGE_SWITCHES = ("should_use_judge", "use_judge", "enable_llm_judge")
 # Variable or field names that hold a credential or the address of a service.
-_ADDRESS_OR_SECRET = re.compile(
-    r"api_?key|token$|secret|password|(^|_)url$|(^|_)host$|endpoint", re.IGNORECASE
-)
+_ADDRESS_OR_SECRET = re.compile(r"api_?key|token$|secret|password|(^|_)url$|(^|_)host$|endpoint", re.IGNORECASE)
 _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
 # A field annotated without a default on its own line: ``    google_api_key: str``.
 _BARE_ANNOTATION = re.compile(r"^[ \t]+\w+[ \t]*:[ \t]*[^=\n]+$", re.MULTILINE)
@@ -158,9 +156,7 @@ class GymConfig:
     @property
     def model_servers(self) -> tuple[str, ...]:
         """Model server instances this config defines besides ``policy_model`` (judges and the like)."""
-        return tuple(
-            s.name for s in self.servers if s.kind == RESPONSES_API_MODELS and s.name != POLICY_MODEL
-        )
+        return tuple(s.name for s in self.servers if s.kind == RESPONSES_API_MODELS and s.name != POLICY_MODEL)
 
 
 @dataclass(frozen=True)
@@ -189,9 +185,7 @@ class GymEnvironment:
         """The default config's first agent whose resources server is this environment's."""
         if self.default_config is None or not self.default_config.agents:
             return None
-        own = {
-            s.name for s in self.default_config.servers if s.kind == RESOURCES_SERVERS and s.type == self.name
-        }
+        own = {s.name for s in self.default_config.servers if s.kind == RESOURCES_SERVERS and s.type == self.name}
         for candidate in self.default_config.agents:
             if candidate.resources_server in own:
                 return candidate
@@ -372,9 +366,7 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
         entrypoint = directory / str(definition.get("entrypoint") or "app.py")
         for field_name in _required_secret_fields(entrypoint):
             if definition.get(field_name) is None:
-                reasons.append(
-                    f"{entry_name} needs {field_name} (required by {type_name}, not set by the config)"
-                )
+                reasons.append(f"{entry_name} needs {field_name} (required by {type_name}, not set by the config)")
         for reason in _source_reasons(entrypoint):
             reasons.append(f"{entry_name} ({kind}/{type_name}) {reason}")
     return tuple(dict.fromkeys(judges)), tuple(dict.fromkeys(reasons))
@@ -460,11 +452,7 @@ def _load_catalogue(root: Path) -> tuple[GymEnvironment, ...]:
 def _load_catalogue_cached(root: Path) -> tuple[GymEnvironment, ...]:
     environments = []
     for directory in sorted((root / RESOURCES_SERVERS).iterdir()):
-        if (
-            directory.is_dir()
-            and (directory / "configs").is_dir()
-            and not directory.name.startswith(("_", "."))
-        ):
+        if directory.is_dir() and (directory / "configs").is_dir() and not directory.name.startswith(("_", ".")):
             environments.append(_load_environment(root, directory))
     logger.debug("catalogued %d NeMo Gym environments under %s", len(environments), root)
     return tuple(environments)
@@ -473,15 +461,13 @@ def _load_catalogue_cached(root: Path) -> tuple[GymEnvironment, ...]:
 def _load_environment(root: Path, directory: Path) -> GymEnvironment:
     name = directory.name
     problems: list[str] = []
-    configs = tuple(
-        _load_config(root, path) for path in sorted(directory.glob("configs/*.y*ml")) if path.is_file()
-    )
+    configs = tuple(_load_config(root, path) for path in sorted(directory.glob("configs/*.y*ml")) if path.is_file())
     default = _pick_default_config(name, configs)
     if not configs:
         problems.append("no config YAML under configs/")
     elif not any(c.agents for c in configs):
         problems.append("no config defines an agent (it cannot run on its own)")
-    server_requirements, requirement_problems = _requirements(directory)
+    server_requirements, requirement_problems = requirements_beyond_nemo_gym(directory)
     problems += requirement_problems
     for config in configs:
         problems += [f"{config.name}: {p}" for p in config.problems]
@@ -514,9 +500,7 @@ def _load_config(root: Path, path: Path) -> GymConfig:
     relpath = path.relative_to(root).as_posix()
     problems: list[str] = []
     try:
-        doc = yaml.load(
-            path.read_text(encoding="utf-8"), Loader=_YAML_LOADER
-        )  # a safe loader (C or pure Python)
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)  # a safe loader (C or pure Python)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         return GymConfig(path, relpath, (), (), (), (), (), (f"cannot be read as YAML: {exc}",))
     if not isinstance(doc, Mapping):
@@ -535,7 +519,7 @@ def _load_config(root: Path, path: Path) -> GymConfig:
             if not directory.is_dir():
                 problems.append(f"{entry_name} uses {kind}/{type_name}, which is not packaged")
             else:
-                found, requirement_problems = _requirements(directory)
+                found, requirement_problems = requirements_beyond_nemo_gym(directory)
                 requirements += found
                 problems += requirement_problems
         if kind == RESPONSES_API_AGENTS:
@@ -547,9 +531,7 @@ def _load_config(root: Path, path: Path) -> GymConfig:
         if judge == "???":
             problems.append("its judge model server is left for the user to set (???)")
         elif not judge.startswith("${") and judge not in defined_models:
-            problems.append(
-                f"refers to model server {judge!r}, which it does not define (merge a config that does)"
-            )
+            problems.append(f"refers to model server {judge!r}, which it does not define (merge a config that does)")
     return GymConfig(
         path=path,
         relpath=relpath,
@@ -593,7 +575,7 @@ def _load_agent(
     agent_requirements: tuple[str, ...] = ()
     agent_dir = root / RESPONSES_API_AGENTS / type_name
     if agent_dir.is_dir():
-        agent_requirements, _ = _requirements(agent_dir)
+        agent_requirements, _ = requirements_beyond_nemo_gym(agent_dir)
     return GymAgent(
         name=name,
         type=type_name,
@@ -672,58 +654,7 @@ def _is_missing_data_file(value: str, directory: Path, root: Path) -> bool:
     if not _DATA_FILE.fullmatch(value.strip()):
         return False
     relative = Path(value.strip())
-    return (
-        not relative.is_absolute() and not (directory / relative).exists() and not (root / relative).exists()
-    )
-
-
-def _requirements(directory: Path) -> tuple[tuple[str, ...], list[str]]:
-    """Requirements of a server directory beyond nemo-gym (requirements.txt and pyproject.toml)."""
-    found: list[str] = []
-    problems: list[str] = []
-    txt = directory / "requirements.txt"
-    if txt.is_file():
-        try:
-            lines = txt.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{txt.name} cannot be read: {exc}")
-            lines = []
-        for line in lines:
-            requirement = line.split(" #", 1)[0].strip()
-            if not requirement or requirement.startswith("#"):
-                continue
-            if requirement.startswith("-e ") or requirement.startswith("--editable "):
-                requirement = requirement.split(None, 1)[1].strip()
-            elif requirement.startswith("-"):
-                continue  # pip options (--extra-index-url...): not a package
-            found += _beyond_nemo_gym(requirement)
-    pyproject = directory / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            problems.append(f"{pyproject.name} cannot be read: {exc}")
-            project = {}
-        for requirement in project.get("dependencies", []) if isinstance(project, Mapping) else []:
-            found += _beyond_nemo_gym(str(requirement))
-    return tuple(dict.fromkeys(found)), problems
-
-
-_NEMO_GYM_REQUIREMENT = re.compile(r"^nemo[-_]gym\s*(?:\[([^\]]*)\])?", re.IGNORECASE)
-
-
-def _beyond_nemo_gym(requirement: str) -> list[str]:
-    """``[]`` for the line that installs nemo-gym itself (``nemo-gym[dev] @ ../../``, ``../..``).
-
-    Extras other than ``dev`` do add packages, so ``nemo-gym[dev,sandbox]`` gives ``nemo-gym[sandbox]``.
-    """
-    if re.fullmatch(r"(\.\./)*\.\.(/)?", requirement):
-        return []
-    match = _NEMO_GYM_REQUIREMENT.match(requirement)
-    if not match:
-        return [requirement]
-    extras = [e.strip() for e in (match.group(1) or "").split(",") if e.strip() and e.strip() != "dev"]
-    return [f"nemo-gym[{','.join(extras)}]"] if extras else []
+    return not relative.is_absolute() and not (directory / relative).exists() and not (root / relative).exists()
 
 
 def _peek_recordings(path: Path) -> tuple[bool, str | None]:
@@ -782,9 +713,7 @@ def _required_secret_fields(entrypoint: Path) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=512)
 def _secret_fields_of(text: str) -> tuple[str, ...]:
     """Fields without a default, named like a credential or address, of the source's config classes."""
-    if not any(
-        _ADDRESS_OR_SECRET.search(m.group().split(":")[0].strip()) for m in _BARE_ANNOTATION.finditer(text)
-    ):
+    if not any(_ADDRESS_OR_SECRET.search(m.group().split(":")[0].strip()) for m in _BARE_ANNOTATION.finditer(text)):
         return ()  # cheap pre-check: parsing every entrypoint costs about a second
     try:
         tree = ast.parse(text)
@@ -795,8 +724,7 @@ def _secret_fields_of(text: str) -> tuple[str, ...]:
         if not isinstance(node, ast.ClassDef):
             continue
         bases = [
-            b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
-            for b in node.bases
+            b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in node.bases
         ]
         if not any(base.endswith("Config") for base in bases):
             continue

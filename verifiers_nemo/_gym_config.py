@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,25 +79,51 @@ def merged_configs(paths: list[Path]) -> dict[str, Any]:
     return merged
 
 
-_NEMO_GYM_LINE = re.compile(r"(^-e\s+\.\./\.\./?$)|(^-e\s+nemo-gym)|(^nemo-gym\b)|(@\s*\.\./\.\./?$)")
+def requirements_beyond_nemo_gym(directory: Path) -> tuple[tuple[str, ...], list[str]]:
+    """What a server directory's ``requirements.txt`` / ``pyproject.toml`` asks for beyond nemo-gym itself,
+    and any problem reading them."""
+    found: list[str] = []
+    problems: list[str] = []
+    txt = directory / "requirements.txt"
+    if txt.is_file():
+        try:
+            lines = txt.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{txt.name} cannot be read: {exc}")
+            lines = []
+        for line in lines:
+            requirement = line.split(" #", 1)[0].strip()
+            if not requirement or requirement.startswith("#"):
+                continue
+            if requirement.startswith("-e ") or requirement.startswith("--editable "):
+                requirement = requirement.split(None, 1)[1].strip()
+            elif requirement.startswith("-"):
+                continue  # pip options (--extra-index-url...): not a package
+            found += _beyond_nemo_gym(requirement)
+    pyproject = directory / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            problems.append(f"{pyproject.name} cannot be read: {exc}")
+            project = {}
+        for requirement in project.get("dependencies", []) if isinstance(project, Mapping) else []:
+            found += _beyond_nemo_gym(str(requirement))
+    return tuple(dict.fromkeys(found)), problems
 
 
-def server_requirements(server_dir: Path) -> list[str]:
-    """What a server's ``requirements.txt`` / ``pyproject.toml`` asks for beyond nemo-gym itself."""
-    reqs: list[str] = []
-    txt = server_dir / "requirements.txt"
-    toml = server_dir / "pyproject.toml"
-    if txt.exists():
-        for raw in txt.read_text().splitlines():
-            line = raw.split(" #", 1)[0].strip()
-            if not line or line.startswith("#") or line.startswith("--"):
-                continue
-            if _NEMO_GYM_LINE.search(line):
-                continue
-            reqs.append(line)
-    elif toml.exists():
-        data = tomllib.loads(toml.read_text())
-        for dep in data.get("project", {}).get("dependencies", []):
-            if not re.match(r"^nemo[-_]gym\b", dep.strip()):
-                reqs.append(dep.strip())
-    return reqs
+_NEMO_GYM_REQUIREMENT = re.compile(r"^nemo[-_]gym\s*(?:\[([^\]]*)\])?", re.IGNORECASE)
+
+
+def _beyond_nemo_gym(requirement: str) -> list[str]:
+    """``[]`` for the line that installs nemo-gym itself (``nemo-gym[dev] @ ../../``, ``../..``).
+
+    Extras other than ``dev`` do add packages, so ``nemo-gym[dev,sandbox]`` gives ``nemo-gym[sandbox]``.
+    """
+    if re.fullmatch(r"(\.\./)*\.\.(/)?", requirement):
+        return []
+    match = _NEMO_GYM_REQUIREMENT.match(requirement)
+    if not match:
+        return [requirement]
+    extras = [e.strip() for e in (match.group(1) or "").split(",") if e.strip() and e.strip() != "dev"]
+    return [f"nemo-gym[{','.join(extras)}]"] if extras else []

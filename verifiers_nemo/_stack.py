@@ -36,8 +36,8 @@ from ._gym_config import (
     POLICY_MODEL,
     ServerInstance,
     merged_configs,
+    requirements_beyond_nemo_gym,
     server_instances,
-    server_requirements,
 )
 from ._procs import PortReservation, kill_session, port_accepts, reserve_ports, rss_bytes, session_pids
 from ._runtime import GymRuntime, cache_dir, find_gym_runtime
@@ -291,7 +291,7 @@ class GymStack:
         """Servers whose requirements the runtime lacks; raises unless isolated venvs are allowed."""
         wanted = {}
         for instance in self._instances:
-            reqs = server_requirements(runtime.root / instance.rel_dir)
+            reqs, _ = requirements_beyond_nemo_gym(runtime.root / instance.rel_dir)
             if reqs:
                 wanted[instance.name] = reqs
         if not wanted:
