@@ -139,6 +139,7 @@ class NeMoGymHarness:
                 self._proxy = get_proxy()  # one per process, lives until exit
             if self._stack is None:
                 config_paths = self._resolve_config_paths()
+                self._refuse_judges(config_paths)
                 config = StackConfig(
                     name=self.env_name,
                     config_paths=config_paths,
@@ -153,6 +154,21 @@ class NeMoGymHarness:
             stack = self._stack
         stack.ensure_running()
         return stack
+
+    def _refuse_judges(self, config_paths: tuple[Path, ...]) -> None:
+        """Refuse environments that score with a judge model: only policy calls are routed, and
+        judge calls must never reach the policy's endpoint. (The rule lives in ``classify_config``.)"""
+        from ._catalogue import classify_config
+
+        judges, external = classify_config(merged_configs(list(config_paths)), self._gym_root())
+        if judges:
+            raise ConfigurationError(
+                f"Gym environment {self.env_name} scores with a judge model ({', '.join(judges)}). "
+                "This harness routes only policy_model calls and will not send judge calls to the "
+                "policy's endpoint. Pick an environment without a judge (`verifiers-nemo envs --runnable`)."
+            )
+        for reason in external:
+            logger.warning("Gym environment %s may need an external service: %s", self.env_name, reason)
 
     def _step_bound_overrides(self, config_paths: tuple[Path, ...]) -> list[str]:
         """Bound the steps of simple agents that set no bound (nemo-gym's default is unbounded)."""
