@@ -175,3 +175,17 @@ async def test_chat_endpoint_token_ids_reach_the_trace_and_are_contiguous(harnes
     assert sent["model"] == "served-model" and sent["temperature"] == 0.5
     assert sent["logprobs"] is True and "verifiers_nemo_route" not in json.dumps(sent)
     assert result.completion[-1]["content"] == "done" and result.completion[-1]["reasoning_content"] == "counted"
+
+
+async def test_harnesses_of_one_environment_share_the_stack_across_threads_and_loops(harness, tmp_path) -> None:
+    expected = _counter_rows(tmp_path / "tasks.jsonl", 6)
+    tasks = NeMoGymTaskset(ENV, jsonl_path=tmp_path / "tasks.jsonl")
+    second = NeMoGymHarness(ENV, timeout=60)
+    async with PolicyServer(counter_policy) as server:
+        endpoint = Endpoint(base_url=server.base_url, model="m")
+        # run_sync runs its own event loop, here in another thread, against the same shared stack
+        results = await asyncio.to_thread(second.run_sync, tasks, endpoint, concurrency=3)
+    assert second.stack is harness.stack
+    assert sorted(r.reward for r in results) == sorted(expected)
+    await asyncio.to_thread(second.close)
+    assert harness.stack.running  # the first harness still holds its reference
