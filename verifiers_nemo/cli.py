@@ -967,7 +967,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         ("NEEDS", "needs", 15),
         ("RECORDED", "recorded", 8),
     ]
-    table = [[_cell(row[key]) for _, key, _ in columns] for row in rows]
+    table = [[_cell(row[key]) + _dagger(row, key) for _, key, _ in columns] for row in rows]
     widths = [
         min(cap, max([len(title), *(len(r[i]) for r in table)])) for i, (title, _, cap) in enumerate(columns)
     ]
@@ -979,6 +979,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         f"{runnable_count} need nothing beyond nemo-gym (--runnable).\n"
         "* not shipped: nemo-gym downloads it. NEEDS: judge = scores with a model server; "
         "external = a service, credential or download.\n"
+        "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n"
         f"Run one: {PROG} eval NAME (replays its recorded rollouts; add -b URL -m MODEL for a model)"
     )
     return EXIT_OK
@@ -994,10 +995,21 @@ def _env_row(env: Any) -> dict[str, Any]:
         "extra_deps": list(env.requirements),
         "needs": needs,
         "recorded": env.has_example_rollouts,
+        "replay_not_reproducible": _replay_note(env.name),
         "runnable": env.runs_offline_with_nemo_gym_only,
         "judge_models": list(env.judge_models),
         "external_reasons": list(env.external_reasons),
     }
+
+
+def _dagger(row: dict[str, Any], key: str) -> str:
+    return "†" if key == "recorded" and row["recorded"] and row["replay_not_reproducible"] else ""
+
+
+def _replay_note(name: str) -> str | None:
+    from ._replay import unreproducible_reason
+
+    return unreproducible_reason(name)
 
 
 def _dataset_names(datasets: Sequence[Any]) -> list[str]:
