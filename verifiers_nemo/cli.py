@@ -688,6 +688,8 @@ def _run_eval(
         + (f" ({len(pending)} to run)" if previous else "")
         + (f"; saving to {folder.path}" if folder else "")
     )
+    if settings.policy == "replay" and _replay_note(settings.nemo_env):
+        _say(f"note: {settings.nemo_env}'s recordings are known not to reproduce: {_replay_note(settings.nemo_env)}")
     return asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start))
 
 
