@@ -10,6 +10,20 @@ from ._errors import ConfigurationError
 
 ApiKind = Literal["responses", "chat"]
 
+_known_keys: set[str] = set()
+_NOT_SECRETS = frozenset({"", "EMPTY", "dummy", "none", "None"})
+
+
+def register_api_key(key: str) -> None:
+    """Mark ``key`` as a secret that Gym processes started from now on must never see."""
+    if key not in _NOT_SECRETS:
+        _known_keys.add(key)
+
+
+def known_api_keys() -> frozenset[str]:
+    """Every API key an ``Endpoint`` of this process holds: Gym processes must never see them."""
+    return frozenset(_known_keys)
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -42,6 +56,7 @@ class Endpoint:
         if not self.model:
             raise ConfigurationError("Endpoint model must be a non-empty model name.")
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        register_api_key(self.api_key)
 
     @property
     def label(self) -> str:

@@ -102,6 +102,7 @@ def load_environment(
         shuffle=shuffle,
         seed=seed,
         rollouts_per_task=rollouts_per_example,
+        agent=harness_args.get("agent"),  # the taskset refuses an agent the environment does not define
         root=harness_args.get("root"),
     )
     harness_args.pop("root", None)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
+from ._endpoint import register_api_key
 from ._errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -369,11 +370,7 @@ def read_results(path: Path, *, repair: bool = False) -> tuple[list[dict[str, An
         if line.strip():
             try:
                 record = json.loads(line)
-                if (
-                    not isinstance(record, dict)
-                    or "task_index" not in record
-                    or "rollout_index" not in record
-                ):
+                if not isinstance(record, dict) or "task_index" not in record or "rollout_index" not in record:
                     raise ValueError("not a rollout record (no task_index/rollout_index)")
             except ValueError as exc:
                 if any(rest.strip() for rest in lines[number:]):
@@ -443,9 +440,7 @@ class ResultsFolder:
                 runs = sorted(p.parent.name for p in path.glob(f"*/{METADATA_FILE}"))
                 if runs:
                     hint = f" It holds runs: {', '.join(runs[-5:])}; pass one of them."
-            raise ConfigurationError(
-                f"-R {path}: no {METADATA_FILE} there, so it is no eval results folder.{hint}"
-            )
+            raise ConfigurationError(f"-R {path}: no {METADATA_FILE} there, so it is no eval results folder.{hint}")
         return folder
 
     def read_metadata(self) -> dict[str, Any]:
@@ -527,6 +522,8 @@ class Evaluation:
     def __init__(self, settings: EvalSettings, *, api_key: str | None = None) -> None:
         self.settings = settings
         self._api_key = api_key
+        if api_key:
+            register_api_key(api_key)  # before the stack starts: Gym processes must not inherit it
         self.env: NeMoGymEnv | None = None
         self.tasks: list[Task] = []
         self._replay: ReplayUpstream | None = None

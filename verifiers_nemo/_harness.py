@@ -277,25 +277,18 @@ class NeMoGymHarness:
         )
         result.timing["queue_s"] = started - _queued_at if _queued_at is not None else 0.0
         try:
-            stack = self.stack if self._stack is not None and self._stack.running else await self.astart()
+            await self._running_stack()
         except RolloutError as exc:
             result.error = exc
             return result
         gym_args, extra_args = split_sampling_args(sampling_args)
         route = self.proxy.open_route(endpoint, sampling_args=extra_args or None)
-        generation = stack.generation
         try:
             body = _row_for_route(task.gym_row(), route.key, gym_args)
-            agent = result.agent
-            try:
-                url = stack.agent_url(agent) + "/run"
-            except ConfigurationError as exc:
-                result.error = GymAgentError(str(exc))
-                return result
             limit = self.timeout if timeout is None else timeout
             run_started = time.monotonic()
             try:
-                gym_result = await asyncio.wait_for(self._post_run(url, body, stack, generation), timeout=limit)
+                gym_result = await asyncio.wait_for(self._run_on_stack(result.agent, body, route), timeout=limit)
             except TimeoutError:
                 route.close()  # the orphaned agent's later calls are refused from now on
                 result.error = RolloutTimeout(f"rollout did not finish within {limit:g}s")
@@ -315,6 +308,36 @@ class NeMoGymHarness:
         result.timing["total_s"] = time.monotonic() - (_queued_at or started)
         return result
 
+    async def _running_stack(self) -> GymStack:
+        stack = self._stack
+        if stack is not None and stack.running:
+            return stack
+        return await self.astart()
+
+    async def _run_on_stack(self, agent: str | None, body: dict[str, Any], route: Any) -> dict[str, Any]:
+        """POST the row to the agent's ``/run``.
+
+        When the agent is gone (it died and the monitor has not noticed yet) and the attempt left nothing
+        behind (connection refused, or dropped before any policy call of this route), the stack is probed,
+        restarted and the row resubmitted once; an attempt that already made policy calls is not repeated
+        (its trace would mix two attempts): it fails as ``gym_server_down``."""
+        for attempt in range(2):
+            stack = await self._running_stack()
+            generation = stack.generation
+            try:
+                url = stack.agent_url(agent) + "/run"
+            except ConfigurationError as exc:
+                raise GymAgentError(str(exc)) from None
+            try:
+                return await self._post_run(url, body, stack, generation)
+            except _NotDelivered as exc:
+                if exc.dropped and route.calls:
+                    raise GymServerDown(f"the Gym agent at {url} dropped the rollout: {exc}") from None
+                alive = await asyncio.to_thread(stack.probe_now)
+                if attempt == 1 or alive:
+                    raise GymServerDown(f"the Gym agent at {url} is unreachable: {exc}") from None
+        raise AssertionError("unreachable")
+
     async def _post_run(self, url: str, body: dict[str, Any], stack: GymStack, generation: int) -> dict[str, Any]:
         session = self._session()
         request = asyncio.ensure_future(session.post(url, json=body))
@@ -327,8 +350,10 @@ class NeMoGymHarness:
                     raise GymServerDown(f"the Gym stack died during the rollout: {stack.dead_reason or 'stopped'}")
             try:
                 response = request.result()
+            except aiohttp.ClientConnectorError as exc:
+                raise _NotDelivered(repr(exc)) from exc
             except aiohttp.ClientConnectionError as exc:
-                raise GymServerDown(f"the Gym agent at {url} is unreachable: {exc!r}") from exc
+                raise _NotDelivered(repr(exc), dropped=True) from exc
             async with response:
                 text = await response.text()
                 if response.status != 200:
@@ -422,6 +447,14 @@ class NeMoGymHarness:
                     await session.close()
 
         return asyncio.run(collect())
+
+
+class _NotDelivered(Exception):
+    """The agent did not answer the request: the connection was refused, or (``dropped``) it broke."""
+
+    def __init__(self, message: str, *, dropped: bool = False) -> None:
+        super().__init__(message)
+        self.dropped = dropped
 
 
 def _clip(text: str, limit: int = 600) -> str:

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from ._endpoint import known_api_keys
 from ._errors import ConfigurationError, MissingRequirementsError, StackStartError
 from ._gym_config import (
     POLICY_MODEL,
@@ -132,6 +133,7 @@ class GymStack:
         self._generation = 0
         self._dead_reason: str | None = None
         self._dead = threading.Event()
+        self._death_lock = threading.Lock()
         self._monitor_stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._listeners: list[Callable[[int, str], None]] = []
@@ -329,7 +331,13 @@ class GymStack:
         return links
 
     def _child_env(self, runtime: GymRuntime) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k) or k in self.config.pass_env}
+        # No secrets for Gym: drop secret-looking names, and any variable holding an Endpoint's API key.
+        keys = known_api_keys()
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if (not _SECRET_NAME.search(k) or k in self.config.pass_env) and v not in keys
+        }
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled bytecode halves each server's start
         env.pop("VIRTUAL_ENV", None)
         env["PATH"] = f"{runtime.bin_dir}{os.pathsep}{env.get('PATH', '')}"
@@ -515,15 +523,38 @@ class GymStack:
                         reason = f"Gym server {name} stopped answering on port {port}"
                         break
             if reason and not stop.is_set():
-                self._dead_reason = reason
-                self._dead.set()
-                logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
-                for listener in list(self._listeners):
-                    try:
-                        listener(launch.generation, reason)
-                    except Exception:  # a listener's bug must not kill the monitor
-                        logger.exception("stack death listener failed")
+                self._mark_dead(launch, reason)
                 return
+
+    def probe_now(self) -> bool:
+        """Check every server at once (not waiting for the monitor); mark the stack dead if one is gone.
+
+        For callers that just saw a refused connection. Returns whether the stack is alive.
+        """
+        launch = self._launch
+        if launch is None or launch.stopped or self._dead.is_set():
+            return False
+        if launch.supervisor.poll() is not None:
+            self._mark_dead(launch, "the Gym launcher (ng_run) exited")
+            return False
+        for name, (_, port) in launch.servers.items():
+            if not port_accepts(HOST, port):
+                self._mark_dead(launch, f"Gym server {name} refused connections on port {port}")
+                return False
+        return True
+
+    def _mark_dead(self, launch: _Launch, reason: str) -> None:
+        with self._death_lock:
+            if self._dead.is_set() or launch.generation != self._generation:
+                return
+            self._dead_reason = reason
+            self._dead.set()
+        logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
+        for listener in list(self._listeners):
+            try:
+                listener(launch.generation, reason)
+            except Exception:  # a listener's bug must not stop the others
+                logger.exception("stack death listener failed")
 
 
 def _http_ok(port: int) -> bool:
