@@ -1,0 +1,128 @@
+"""Bad input and bad answers on the running stack: tasks for an agent the stack lacks, and Gym results
+whose reward is not a number (or that are not JSON). Each is a typed error on its rollout, never a
+reward of 0, and the rest of the batch completes."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from tests.e2e.policies import PolicyServer, counter_policy
+from tests.faults.helpers import COUNTER_ENV, record_figures, tagged_counter_rows
+from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
+
+
+async def test_tasks_for_an_agent_the_stack_lacks_are_typed_errors_naming_its_agents(
+    harness: NeMoGymHarness, tmp_path: Path
+) -> None:
+    expected = tagged_counter_rows(tmp_path / "tasks.jsonl", 4)
+    own = list(NeMoGymTaskset(COUNTER_ENV, jsonl_path=tmp_path / "tasks.jsonl"))
+    foreign = list(NeMoGymTaskset("example_multi_step", limit=2))  # another environment's tasks
+    async with PolicyServer(counter_policy) as server:
+        endpoint = Endpoint(base_url=server.base_url, model="m")
+        results = [r async for r in harness.run([*foreign, *own], endpoint, concurrency=6)]
+
+    wrong = [r for r in results if r.agent == "example_multi_step_simple_agent"]
+    right = [r for r in results if r.agent != "example_multi_step_simple_agent"]
+    record_figures(
+        "tasks for an agent the stack lacks",
+        rollouts=len(results),
+        typed_errors=sum(r.error is not None and r.error.type == "gym_agent" for r in wrong),
+        others_ok=sum(r.error is None for r in right),
+    )
+    assert len(wrong) == 2 and len(right) == 4
+    for r in wrong:
+        assert r.error is not None and r.error.type == "gym_agent" and r.reward is None
+        assert f"{COUNTER_ENV}_simple_agent" in r.error.message  # names the agents it has
+        assert r.trace == []  # no policy call was made for it
+    assert sorted((r.task_index, r.reward) for r in right) == list(enumerate(expected))
+    assert harness.proxy.open_routes == 0
+
+
+# What the mangling agent does to the real agent's answer, by task index.
+MANGLE: dict[int, Any] = {0: "high", 1: True, 2: None, 3: "0.75", 4: [1.0], 5: math.nan, 6: "not json"}
+
+
+class ManglingAgent:
+    """Stands between the harness and the real Gym agent and spoils the reward of each answer."""
+
+    def __init__(self, agent_url: str) -> None:
+        self.agent_url = agent_url
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _run(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        assert self._session is not None
+        async with self._session.post(self.agent_url + "/run", json=body) as reply:
+            result = await reply.json()
+        index = int(body["id"].rsplit("-", 1)[1])
+        mangled = MANGLE[index]
+        if mangled == "not json":
+            return web.Response(text="<html>502 Bad Gateway</html>", content_type="text/html")
+        if mangled is None:
+            del result["reward"]
+        else:
+            result["reward"] = mangled
+        return web.Response(text=json.dumps(result, allow_nan=True), content_type="application/json")
+
+    async def __aenter__(self) -> ManglingAgent:
+        self._session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_post("/run", self._run)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None and self._session is not None
+        await self._runner.cleanup()
+        await self._session.close()
+
+
+@pytest_asyncio.fixture(loop_scope="package")
+async def mangling_agent(harness: NeMoGymHarness, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ManglingAgent]:
+    async with ManglingAgent(harness.stack.agent_url()) as agent:
+        monkeypatch.setattr(harness.stack, "agent_url", lambda name=None: agent.url)
+        yield agent
+
+
+async def test_a_reward_that_is_not_a_number_is_an_invalid_result_never_a_zero(
+    harness: NeMoGymHarness, mangling_agent: ManglingAgent, tmp_path: Path
+) -> None:
+    tagged_counter_rows(tmp_path / "tasks.jsonl", len(MANGLE))
+    tasks = NeMoGymTaskset(COUNTER_ENV, jsonl_path=tmp_path / "tasks.jsonl")
+    async with PolicyServer(counter_policy) as server:
+        results = [r async for r in harness.run(tasks, Endpoint(base_url=server.base_url, model="m"), concurrency=7)]
+
+    by_index = {r.task_index: r for r in results}
+    invalid = [i for i, r in by_index.items() if r.error is not None and r.error.type == "invalid_result"]
+    record_figures(
+        "rewards that are not numbers",
+        faults_injected=len(MANGLE) - 1,
+        invalid_result_errors=len(invalid),
+        counted_as_zero=sum(r.reward == 0 for r in results),
+        rollouts_lost=len(MANGLE) - len(by_index),
+    )
+    assert sorted(invalid) == [0, 1, 2, 4, 5, 6]
+    for index in invalid:
+        r = by_index[index]
+        assert r.reward is None and len(r.trace) == 4  # the policy calls are kept for inspection
+    assert by_index[3].error is None and by_index[3].reward == 0.75  # a numeric string is a number
+    assert "string that is not a number" in by_index[0].error.message
+    assert "bool" in by_index[1].error.message and "no reward" in by_index[2].error.message
+    assert "NaN" in by_index[5].error.message and "invalid JSON" in by_index[6].error.message

@@ -1,0 +1,115 @@
+"""A Gym agent process SIGKILLed mid-batch: in-flight rollouts that made policy calls get gym_server_down,
+those that had not yet are resubmitted after the restart; no rollout is lost
+or counted twice, the stack restarts and later rollouts succeed. (The resources-server variant is
+tests/e2e/test_harness.py::test_killed_gym_server_fails_in_flight_rollouts_then_the_stack_restarts.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from aiohttp import web
+
+from tests.e2e.policies import PolicyServer, counter_policy
+from tests.e2e.test_stack import _listening_pid
+from tests.faults.helpers import COUNTER_ENV, record_figures, tagged_counter_rows, until
+from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
+from verifiers_nemo._result import RolloutResult
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
+
+BATCH, CONCURRENCY, KILL_AFTER = 24, 8, 4
+
+
+@dataclass
+class AgentKill:
+    expected: list[float]
+    generation: int
+    results: list[RolloutResult] = field(default_factory=list)
+    submitted_at: dict[int, float] = field(default_factory=dict)
+    killed_at: float = 0.0
+    detected_s: float = 0.0
+    later: list[RolloutResult] = field(default_factory=list)
+    later_expected: list[float] = field(default_factory=list)
+    generation_after: int = 0
+
+    @property
+    def started_after_kill(self) -> list[RolloutResult]:
+        return [r for r in self.results if self.submitted_at[r.task_index] > self.killed_at]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="package")
+async def agent_kill(harness: NeMoGymHarness, tmp_path_factory: pytest.TempPathFactory) -> AgentKill:
+    """Kill the agent once 4 of 24 rollouts are done; then, once the stack has noticed, run 8 more."""
+    tmp = tmp_path_factory.mktemp("agent-kill")
+    run = AgentKill(tagged_counter_rows(tmp / "tasks.jsonl", BATCH), harness.stack.generation)
+    tasks = NeMoGymTaskset(COUNTER_ENV, jsonl_path=tmp / "tasks.jsonl")
+    run.later_expected = tagged_counter_rows(tmp / "later.jsonl", CONCURRENCY, seed=11)
+    later_tasks = NeMoGymTaskset(COUNTER_ENV, jsonl_path=tmp / "later.jsonl")
+
+    async def slow_counter(body: dict[str, Any], request: web.Request) -> Any:
+        await asyncio.sleep(0.3)
+        return await counter_policy(body, request)
+
+    agent_port = int(harness.stack.agent_url().rsplit(":", 1)[1])
+    dead_run_dir = harness.stack._launch.run_dir  # a dead stack's folder (its logs) is kept; tidied below
+    async with PolicyServer(slow_counter) as server:
+        endpoint = Endpoint(base_url=server.base_url, model="m")
+
+        def pick(task: Any) -> Endpoint:
+            run.submitted_at[task.task_index] = time.monotonic()
+            return endpoint
+
+        async for result in harness.run(tasks, pick, concurrency=CONCURRENCY):
+            run.results.append(result)
+            if len(run.results) == KILL_AFTER:
+                os.kill(_listening_pid(agent_port), signal.SIGKILL)
+                run.killed_at = time.monotonic()
+        await until(lambda: harness.stack.is_dead(run.generation), 15, "the stack noticing the dead agent")
+        run.detected_s = time.monotonic() - run.killed_at
+        run.later = [r async for r in harness.run(later_tasks, endpoint, concurrency=CONCURRENCY)]
+    run.generation_after = harness.stack.generation
+    if run.generation_after != run.generation:
+        shutil.rmtree(dead_run_dir, ignore_errors=True)
+    down_after_kill = [r for r in run.started_after_kill if r.error is not None]
+    record_figures(
+        "Gym agent SIGKILLed mid-batch",
+        faults_injected=1,
+        rollouts=len(run.results),
+        failed_gym_server_down=sum(r.error is not None for r in run.results),
+        started_after_kill_and_failed=len(down_after_kill),
+        death_detected_after_s=run.detected_s,
+        later_rollouts_ok=sum(r.error is None for r in run.later),
+        generation=f"{run.generation}->{run.generation_after}",
+    )
+    return run
+
+
+async def test_killed_gym_agent_loses_nothing_and_the_stack_restarts(agent_kill: AgentKill) -> None:
+    counts = Counter(r.task_index for r in agent_kill.results)
+    down = [r for r in agent_kill.results if r.error is not None]
+    assert sorted(counts) == list(range(BATCH)) and set(counts.values()) == {1}  # none lost, none twice
+    # A rollout the dead agent had not started on (no policy call yet) is resubmitted after the restart; one
+    # that already made policy calls fails as gym_server_down (repeating it would mix two attempts' traces).
+    assert all(r.error.type == "gym_server_down" and r.reward is None for r in down), [
+        (r.task_index, r.error, len(r.trace)) for r in down
+    ]
+    traces = [(r.task_index, len(r.trace)) for r in agent_kill.results if r.error is None]
+    assert all(n == 4 for _, n in traces), traces  # one attempt per trace
+    assert all(r.reward == agent_kill.expected[r.task_index] for r in agent_kill.results if r.error is None)
+    assert agent_kill.generation_after == agent_kill.generation + 1
+    assert [r.error for r in agent_kill.later] == [None] * CONCURRENCY
+    assert sorted((r.task_index, r.reward) for r in agent_kill.later) == list(enumerate(agent_kill.later_expected))
+
+
+async def test_only_rollouts_in_flight_when_the_agent_dies_fail(agent_kill: AgentKill) -> None:
+    assert [r.task_index for r in agent_kill.started_after_kill if r.error is not None] == []
+    assert sum(r.error is not None for r in agent_kill.results) <= CONCURRENCY
