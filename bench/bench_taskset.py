@@ -97,9 +97,7 @@ def worker(path: str, case: str) -> None:
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     first = tasks[0]  # building a task parses its row on demand
     assert first.prompt and first.tools
-    print(
-        json.dumps({"tasks": len(tasks), "seconds": seconds, "peak_kb": peak_kb, "baseline_kb": baseline_kb})
-    )
+    print(json.dumps({"tasks": len(tasks), "seconds": seconds, "peak_kb": peak_kb, "baseline_kb": baseline_kb}))
 
 
 def _rss_kb() -> int:
@@ -108,9 +106,7 @@ def _rss_kb() -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--keep", type=Path, help="write the JSONL here and keep it")
     parser.add_argument("--worker", nargs=2, metavar=("PATH", "CASE"), help=argparse.SUPPRESS)

@@ -98,9 +98,7 @@ def resolve_api_key(var: str | None, environ: Mapping[str, str] | None = None) -
     return ApiKey(value=value, var=name, explicit=explicit)
 
 
-async def list_models(
-    base_url: str, key: ApiKey, *, timeout: float = PREFLIGHT_TIMEOUT_S
-) -> list[str] | None:
+async def list_models(base_url: str, key: ApiKey, *, timeout: float = PREFLIGHT_TIMEOUT_S) -> list[str] | None:
     """``GET {base_url}/models``: the model ids served, or None when the server does not list them.
 
     Raises PreflightError when the server cannot be reached, refuses the key, or answers garbage.
@@ -139,9 +137,7 @@ async def list_models(
             "Check the key, or name another variable with -k."
         )
     if status == 404 or status == 405:
-        logger.warning(
-            "%s does not list its models (GET /models answered %d); not checking -m", base_url, status
-        )
+        logger.warning("%s does not list its models (GET /models answered %d); not checking -m", base_url, status)
         return None
     if status >= 400:
         raise PreflightError(
@@ -187,9 +183,7 @@ def choose_model(model: str | None, served: list[str] | None, base_url: str) -> 
         close = difflib.get_close_matches(model, served, n=3, cutoff=0.4)
         hint = f" Closest: {', '.join(close)}." if close else ""
         listing = ", ".join(served[:10]) + (f" (+{len(served) - 10} more)" if len(served) > 10 else "")
-        raise PreflightError(
-            f"Model {model!r} is not served by {base_url}.{hint} It serves: {listing or '(nothing)'}."
-        )
+        raise PreflightError(f"Model {model!r} is not served by {base_url}.{hint} It serves: {listing or '(nothing)'}.")
     if len(served) == 1:
         logger.info("using the only model %s serves: %s", base_url, served[0])
         return served[0]

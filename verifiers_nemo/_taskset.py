@@ -380,9 +380,7 @@ class NeMoGymTaskset(Sequence[Task]):
         return datasets.Dataset.from_list(records)
 
     @classmethod
-    def from_dataset(
-        cls, dataset: Iterable[Mapping[str, Any]], *, root: str | Path | None = None
-    ) -> NeMoGymTaskset:
+    def from_dataset(cls, dataset: Iterable[Mapping[str, Any]], *, root: str | Path | None = None) -> NeMoGymTaskset:
         """Rebuild a taskset from ``to_dataset()``'s output (its ``info`` column)."""
         store = _RowStore()
         env_name: str | None = None
@@ -406,9 +404,7 @@ class NeMoGymTaskset(Sequence[Task]):
                 rollouts_per_task = int(info.get("rollouts_per_task", 1))
                 path = Path(info.get("path") or path)
             line = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode()
-            store.append(
-                line, int(info.get("line", index + 1)), int(info.get("row_index", index)), info.get("agent")
-            )
+            store.append(line, int(info.get("line", index + 1)), int(info.get("row_index", index)), info.get("agent"))
         if store.size == 0:
             raise ConfigurationError("from_dataset() got an empty dataset: there are no tasks to rebuild.")
         taskset = cls.__new__(cls)
@@ -772,9 +768,7 @@ def _gym_params(root: Path | None) -> frozenset[str]:
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.ClassDef) and node.name == _GYM_PARAMS_CLASS:
                 fields = frozenset(
-                    s.target.id
-                    for s in node.body
-                    if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                    s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
                 )
                 if "input" in fields:
                     return fields
@@ -890,9 +884,7 @@ def _chat_content(content: Any) -> str | list[dict[str, Any]]:
         if kind in _TEXT_PART_TYPES:
             converted.append({"type": "text", "text": part.get("text", "")})
         elif kind == "input_image":
-            converted.append(
-                {"type": "image_url", "image_url": {"url": part.get("image_url") or part.get("file_id")}}
-            )
+            converted.append({"type": "image_url", "image_url": {"url": part.get("image_url") or part.get("file_id")}})
         else:
             converted.append(part)
     return converted

@@ -135,9 +135,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG, description="Run NVIDIA NeMo Gym environments: evaluate models, list environments."
-    )
+    parser = _Parser(prog=PROG, description="Run NVIDIA NeMo Gym environments: evaluate models, list environments.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -230,9 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="max output tokens per model call",
     )
-    sampling.add_argument(
-        "-T", "--temperature", type=_non_negative_float, metavar="T", help="sampling temperature"
-    )
+    sampling.add_argument("-T", "--temperature", type=_non_negative_float, metavar="T", help="sampling temperature")
     sampling.add_argument(
         "-S",
         "--sampling-args",
@@ -292,8 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument(
         "--runnable",
         action="store_true",
-        help="only environments that need nothing beyond nemo-gym "
-        "(no extra packages, judge model or external service)",
+        help="only environments that need nothing beyond nemo-gym (no extra packages, judge model or external service)",
     )
     en.add_argument(
         "--recorded",
@@ -615,8 +610,7 @@ def _check_environment(settings: EvalSettings) -> None:
         )
     if env.needs_judge:
         _say(
-            f"note: {env.name} scores with a judge model ({', '.join(env.judge_models)}); "
-            "rollouts may fail without it."
+            f"note: {env.name} scores with a judge model ({', '.join(env.judge_models)}); rollouts may fail without it."
         )
     if env.needs_external:
         _say(f"note: {env.name} needs more than this machine: {'; '.join(env.external_reasons)}.")
@@ -664,10 +658,7 @@ def _run_eval(
                     "that rollout runs again"
                 )
             if duplicates or unexpected:
-                _say(
-                    f"note: ignoring {duplicates} duplicate and {unexpected} unexpected lines "
-                    "in results.jsonl"
-                )
+                _say(f"note: ignoring {duplicates} duplicate and {unexpected} unexpected lines in results.jsonl")
         elif args.save:
             from ._eval import DEFAULT_OUTPUT_DIR, ResultsFolder
 
@@ -768,9 +759,7 @@ async def _execute(
     )
     metadata = _metadata(metadata, settings, folder, len(evaluation.expected_pairs), records, sessions)
     missing = metadata["counts"]["missing"]
-    status = (
-        "interrupted" if received else "failed" if failure else "finished" if not missing else "incomplete"
-    )
+    status = "interrupted" if received else "failed" if failure else "finished" if not missing else "incomplete"
     metadata["status"] = status
     if folder is not None:
         folder.write_metadata(metadata)
@@ -782,11 +771,7 @@ async def _execute(
     summary = metadata["summary"]
     scored, errored = summary["rollouts"]["scored"], summary["rollouts"]["errored"]
     if received:
-        hint = (
-            f" Resume with: {PROG} eval -R {folder.path}"
-            if folder is not None
-            else " (use -s to be able to resume)"
-        )
+        hint = f" Resume with: {PROG} eval -R {folder.path}" if folder is not None else " (use -s to be able to resume)"
         _say(f"Interrupted: {len(records)} of {metadata['counts']['expected']} rollouts done.{hint}")
         return 128 + received[0]
     if failure is not None:
@@ -914,9 +899,7 @@ def _status_line(metadata: Mapping[str, Any]) -> str:
     status = metadata.get("status") or "finished"
     if rollouts["total"] and not rollouts["scored"]:
         return f"FAILED: all {rollouts['total']} rollouts failed"
-    text = {"interrupted": "INTERRUPTED", "failed": "FAILED", "incomplete": "INCOMPLETE"}.get(
-        status, "finished"
-    )
+    text = {"interrupted": "INTERRUPTED", "failed": "FAILED", "incomplete": "INCOMPLETE"}.get(status, "finished")
     if counts["missing"]:
         text += f", {counts['missing']} of {counts['expected']} rollouts not run"
     if rollouts["errored"]:
@@ -970,9 +953,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         ("RECORDED", "recorded", 8),
     ]
     table = [[_cell(row[key]) + _dagger(row, key) for _, key, _ in columns] for row in rows]
-    widths = [
-        min(cap, max([len(title), *(len(r[i]) for r in table)])) for i, (title, _, cap) in enumerate(columns)
-    ]
+    widths = [min(cap, max([len(title), *(len(r[i]) for r in table)])) for i, (title, _, cap) in enumerate(columns)]
     print("  ".join(title.ljust(w) for (title, _, _), w in zip(columns, widths, strict=True)).rstrip())
     for r in table:
         print("  ".join(_clip(cell, w).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
