@@ -18,9 +18,9 @@ from verifiers_nemo._procs import port_accepts, session_pids
 
 pytestmark = pytest.mark.e2e
 
-# The issue asks for 5 rounds; 3 by default keep the suite within its time budget on a 2-core machine
-# (each round is two stack starts, ~25-40 s). VN_FAULTS_PORT_ROUNDS=5 runs all five.
-ROUNDS = int(os.environ.get("VN_FAULTS_PORT_ROUNDS", "3"))
+# Five rounds of two simultaneous stack starts, as the issue asks (~20-40 s a round on 2 cores);
+# VN_FAULTS_PORT_ROUNDS overrides it.
+ROUNDS = int(os.environ.get("VN_FAULTS_PORT_ROUNDS", "5"))
 ENV = "example_single_tool_call"
 REPO = Path(__file__).parents[2]
 
