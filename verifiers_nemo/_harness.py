@@ -282,24 +282,34 @@ class NeMoGymHarness:
             result.error = exc
             return result
         gym_args, extra_args = split_sampling_args(sampling_args)
-        route = self.proxy.open_route(endpoint, sampling_args=extra_args or None)
+        routes: list[Any] = []  # one route per attempt: a retry never shares a trace with a dead attempt
+
+        def open_route() -> Any:
+            routes.append(self.proxy.open_route(endpoint, sampling_args=extra_args or None))
+            return routes[-1]
+
+        row = task.gym_row()
         try:
-            body = _row_for_route(task.gym_row(), route.key, gym_args)
             limit = self.timeout if timeout is None else timeout
             run_started = time.monotonic()
             try:
-                gym_result = await asyncio.wait_for(self._run_on_stack(result.agent, body, route), timeout=limit)
+                gym_result = await asyncio.wait_for(
+                    self._run_on_stack(result.agent, row, gym_args, open_route), timeout=limit
+                )
             except TimeoutError:
-                route.close()  # the orphaned agent's later calls are refused from now on
                 result.error = RolloutTimeout(f"rollout did not finish within {limit:g}s")
                 gym_result = None
             except RolloutError as exc:
-                route.close()
-                result.error = route.error if route.error is not None else exc
+                result.error = routes[-1].error if routes and routes[-1].error is not None else exc
                 gym_result = None
             result.timing["rollout_s"] = time.monotonic() - run_started
         finally:
-            route.close()
+            for attempt_route in routes:
+                attempt_route.close()  # an orphaned agent's later calls are refused from now on
+        if not routes:  # the stack could not be reached before any attempt
+            result.timing["total_s"] = time.monotonic() - (_queued_at or started)
+            return result
+        route = routes[-1]
         result.trace = list(route.calls)
         result.timing["policy_s"] = sum(getattr(c, "latency_s", 0.0) or 0.0 for c in result.trace)
         result.usage = sum_usage([getattr(c, "usage", None) for c in result.trace])
@@ -314,13 +324,14 @@ class NeMoGymHarness:
             return stack
         return await self.astart()
 
-    async def _run_on_stack(self, agent: str | None, body: dict[str, Any], route: Any) -> dict[str, Any]:
-        """POST the row to the agent's ``/run``.
+    async def _run_on_stack(
+        self, agent: str | None, row: dict[str, Any], gym_args: dict[str, Any], open_route: Callable[[], Any]
+    ) -> dict[str, Any]:
+        """POST the row to the agent's ``/run`` on a new route.
 
-        When the agent is gone (it died and the monitor has not noticed yet) and the attempt left nothing
-        behind (connection refused, or dropped before any policy call of this route), the stack is probed,
-        restarted and the row resubmitted once; an attempt that already made policy calls is not repeated
-        (its trace would mix two attempts): it fails as ``gym_server_down``."""
+        When the agent is gone (it died and the monitor has not noticed yet: the connection is refused or
+        dropped), the stack is probed at once; if it is dead it is restarted and the row resubmitted once,
+        on a fresh route, so the result's trace is that of one attempt only."""
         for attempt in range(2):
             stack = await self._running_stack()
             generation = stack.generation
@@ -328,12 +339,12 @@ class NeMoGymHarness:
                 url = stack.agent_url(agent) + "/run"
             except ConfigurationError as exc:
                 raise GymAgentError(str(exc)) from None
+            route = open_route()
             try:
-                return await self._post_run(url, body, stack, generation)
+                return await self._post_run(url, _row_for_route(row, route.key, gym_args), stack, generation)
             except _NotDelivered as exc:
-                if exc.dropped and route.calls:
-                    raise GymServerDown(f"the Gym agent at {url} dropped the rollout: {exc}") from None
-                alive = await asyncio.to_thread(stack.probe_now)
+                route.close()
+                alive = await asyncio.to_thread(stack.probe_now, generation)
                 if attempt == 1 or alive:
                     raise GymServerDown(f"the Gym agent at {url} is unreachable: {exc}") from None
         raise AssertionError("unreachable")

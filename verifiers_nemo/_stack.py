@@ -526,13 +526,12 @@ class GymStack:
                 self._mark_dead(launch, reason)
                 return
 
-    def probe_now(self) -> bool:
-        """Check every server at once (not waiting for the monitor); mark the stack dead if one is gone.
-
-        For callers that just saw a refused connection. Returns whether the stack is alive.
-        """
+    def probe_now(self, generation: int) -> bool:
+        """Check every server of ``generation`` at once (not waiting for the monitor); mark it dead if one
+        is gone. For callers that just saw a refused connection. Returns whether that generation is alive;
+        a newer generation (already restarted, maybe still starting) is never probed or marked by it."""
         launch = self._launch
-        if launch is None or launch.stopped or self._dead.is_set():
+        if launch is None or launch.stopped or self._dead.is_set() or launch.generation != generation:
             return False
         if launch.supervisor.poll() is not None:
             self._mark_dead(launch, "the Gym launcher (ng_run) exited")
