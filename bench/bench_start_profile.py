@@ -1,0 +1,163 @@
+"""Where a warm GymStack start spends its time: ng_run's log lines timestamped as they appear, and CPU by process.
+
+    .venv/bin/python bench/bench_start_profile.py [--env example_single_tool_call] [--repeats 3]
+
+Each repeat starts a ``GymStack`` (warm: the default cache directory, venv links in place) while a
+thread tails its ``ng_run.log`` every 20 ms, so each line gets the time it first appeared. The start
+is cut into phases at nemo-gym's own log lines: our pre-launch work (requirements check, venv links,
+config), ng_run's start-up (imports, config merge), Ray cluster start, head server, the Gym servers
+(spawn, imports, Ray connect, uvicorn), and our readiness poll. At ready, the CPU seconds used so far
+by each kind of process of the stack's session are summed (processes that already exited, e.g. the
+requirements check, are not counted). Prints every repeat and the median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from verifiers_nemo._runtime import find_gym_runtime
+from verifiers_nemo._stack import GymStack, StackConfig
+
+PHASES = (
+    ("pre-launch (ours)", "spawn"),
+    ("ng_run imports + config", "ray_begin"),
+    ("Ray cluster start", "ray_ready"),
+    ("head server up", "head_up"),
+    ("Gym servers up", "servers_up"),
+    ("readiness poll (ours)", "ready"),
+)
+_RAY_BEGIN = re.compile(r"starting a new Ray cluster|Connecting to Ray cluster")
+_RAY_READY = re.compile(r"Started Ray cluster at|Connected to Ray cluster")
+_HEAD_UP = re.compile(r"^INFO:\s+Uvicorn running")
+_SERVER_UP = re.compile(r"^\((\S+)\) INFO:\s+Uvicorn running")
+
+
+def process_kind(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ")
+    except OSError:
+        return "gone"
+    if b"app.py" in cmd:
+        return "Gym servers"
+    if b"ng_run" in cmd:
+        return "ng_run (+ head server)"
+    if b"supervisor.py" in cmd:
+        return "supervisor (ours)"
+    return "Ray processes"
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_start(env: str) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    runtime = find_gym_runtime()
+    config = runtime.root / "resources_servers" / env / "configs" / f"{env}.yaml"
+    stack = GymStack(StackConfig(env, (config,), "http://127.0.0.1:9"))
+    lines: list[tuple[float, str]] = []
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def tail() -> None:
+        offset, pending = 0, b""
+        while not stop.is_set():
+            launch = stack._launch
+            if launch is not None and launch.log_path.exists():
+                with open(launch.log_path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+                offset += len(data)
+                *complete, pending = (pending + data).split(b"\n")
+                now = time.monotonic() - t0
+                lines.extend((now, line.decode(errors="replace")) for line in complete)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=tail, daemon=True)
+    thread.start()
+    try:
+        info = stack.start()
+        marks = {"ready": time.monotonic() - t0}
+        cpu: dict[str, float] = {}
+        procs: dict[str, int] = {}
+        for pid in info.pids:
+            kind = process_kind(pid)
+            cpu[kind] = cpu.get(kind, 0.0) + cpu_seconds(pid)
+            procs[kind] = procs.get(kind, 0) + 1
+        time.sleep(0.1)  # let the tail thread read the last lines
+        launch = stack._launch
+        assert launch is not None
+        marks["spawn"] = launch.started_at - t0
+    finally:
+        stop.set()
+        thread.join()
+        stack.stop()
+    servers_up = []
+    for at, line in lines:
+        if "ray_begin" not in marks and _RAY_BEGIN.search(line):
+            marks["ray_begin"] = at
+        elif "ray_ready" not in marks and _RAY_READY.search(line):
+            marks["ray_ready"] = at
+        elif "head_up" not in marks and _HEAD_UP.search(line):
+            marks["head_up"] = at
+        elif _SERVER_UP.search(line):
+            servers_up.append(at)
+    if servers_up:
+        marks["servers_up"] = max(servers_up)
+    return marks, cpu, procs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="example_single_tool_call")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    load = os.getloadavg()[0]
+    runs = [one_start(args.env) for _ in range(args.repeats)]
+    print(
+        f"\nWarm GymStack start, {args.env}: phases from ng_run's own log lines, seconds "
+        f"({os.cpu_count()} CPUs, load average {load:.1f} before, {os.getloadavg()[0]:.1f} after)"
+    )
+    print(f"{'phase':<26}" + "".join(f"{f'run {i + 1}':>8}" for i in range(len(runs))) + f"{'median':>8}{'share':>7}")
+    totals = [marks["ready"] for marks, _, _ in runs]
+    previous = ["start"] * len(runs)
+    for label, mark in PHASES:
+        spans = []
+        for i, (marks, _, _) in enumerate(runs):
+            begin = 0.0 if previous[i] == "start" else marks.get(previous[i], float("nan"))
+            spans.append(marks.get(mark, float("nan")) - begin)
+            if mark in marks:
+                previous[i] = mark
+        median = statistics.median(spans)
+        share = median / statistics.median(totals) * 100
+        print(f"{label:<26}" + "".join(f"{s:>8.2f}" for s in spans) + f"{median:>8.2f}{share:>6.0f}%")
+    cells = "".join(f"{t:>8.2f}" for t in totals)
+    print(f"{'total (start to ready)':<26}{cells}{statistics.median(totals):>8.2f}")
+
+    print("\nCPU seconds used by the stack's processes up to ready (median over runs), and how many")
+    kinds = sorted({k for _, cpu, _ in runs for k in cpu})
+    for kind in kinds:
+        used = statistics.median(cpu.get(kind, 0.0) for _, cpu, _ in runs)
+        count = statistics.median(procs.get(kind, 0) for _, _, procs in runs)
+        print(f"  {kind:<24}{used:>7.2f} CPU s  {count:>4.0f} processes")
+    total = statistics.median(sum(cpu.values()) for _, cpu, _ in runs)
+    print(f"  {'all':<24}{total:>7.2f} CPU s on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()

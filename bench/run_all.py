@@ -1,0 +1,323 @@
+"""Run every benchmark under bench/ and print one summary table with the targets of issue 7.
+
+    .venv/bin/python bench/run_all.py            # everything, about 10 minutes on 2 CPUs
+    .venv/bin/python bench/run_all.py --quick    # a smoke run with small counts (about 4 minutes)
+    .venv/bin/python bench/run_all.py --only throughput,proxy --all-envs
+
+Each benchmark runs as its own subprocess, one after the other, and its own tables are shown as they
+come; the figures are then read back from that output (``bench_throughput.py`` writes JSON) and
+printed together. Nothing here is a hard-coded figure: every number in the summary comes from this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+
+
+@dataclass
+class Step:
+    name: str
+    script: str
+    full: list[str]
+    quick: list[str]
+
+
+STEPS = [
+    Step(
+        "throughput",
+        "bench_throughput.py",
+        [],
+        ["--concurrency", "1,64", "--scaling-max", "64", "--memory", "256", "--latency-samples", "30"],
+    ),
+    Step(
+        "proxy",
+        "bench_proxy.py",
+        ["--requests", "4000", "--rounds", "2", "--paced-seconds", "4"],
+        ["--requests", "1000", "--rounds", "2", "--paced-seconds", "2"],
+    ),
+    Step("stack", "bench_stack.py", ["--repeats", "1"], ["--repeats", "1"]),
+    Step("start_profile", "bench_start_profile.py", ["--repeats", "2"], ["--repeats", "1"]),
+    Step("taskset", "bench_taskset.py", [], ["--rows", "100000"]),
+]
+EXTRA_ENVS = "example_single_tool_call,example_multi_step,example_session_state_mgmt"
+
+
+def run_step(step: Step, argv: list[str]) -> tuple[int, str, float]:
+    """Run one benchmark, echoing its output live; returns (exit code, stdout, seconds)."""
+    print(f"\n{'=' * 100}\n>>> {step.script} {' '.join(argv)}", flush=True)
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / step.script), *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        lines.append(line)
+    code = proc.wait()
+    return code, "".join(lines), time.monotonic() - started
+
+
+# -- reading each benchmark's output -------------------------------------------------------------------
+
+_PROXY_ROW = re.compile(
+    r"^\s*(?P<label>\S.*?)\s+(?P<calls>\d+) \|\s+(?P<d50>[\d.]+)\s+(?P<d99>[\d.]+)\s+\d+ \|"
+    r"\s+(?P<p50>[\d.]+)\s+(?P<p99>[\d.]+)\s+\d+ \|\s+(?P<a50>-?[\d.]+)\s+(?P<a99>-?[\d.]+) \|"
+    r"\s+(?P<cpu>\d+) us"
+)
+_PROXY_MEM = re.compile(r"\+ (?P<n>\d+) open routes\s+[\d.]+\s+\(\+(?P<mb>[\d.]+)\)")
+_PROXY_CALLS_MEM = re.compile(r"\+ one recorded call per route\s+[\d.]+\s+\(\+(?P<mb>[\d.]+), (?P<n>\d+) calls\)")
+_STACK = re.compile(r"^(?P<kind>cold|warm): GymStack (?P<ours>[\d.]+)s vs stock (?P<stock>[\d.]+)s", re.M)
+_PHASE = re.compile(r"^(?P<label>[a-zA-Z].{25})(?P<nums>(?:\s+[\d.]+)+)(?:\s+(?P<share>\d+)%)?$")
+_TASKSET = re.compile(
+    r"^(?P<case>full load|limit=100|shuffle, limit=100)\s+(?P<tasks>[\d,]+)\s+(?P<secs>[\d.]+)\s+"
+    r"(?P<peak>[\d.]+)\s+(?P<added>[\d.]+)",
+    re.M,
+)
+_TASKSET_HEAD = re.compile(r"^(?P<rows>[\d,]+) rows, (?P<mb>[\d,]+) MB", re.M)
+
+
+def parse_proxy(text: str) -> dict[str, Any]:
+    rows = {m["label"].strip(): m.groupdict() for line in text.splitlines() if (m := _PROXY_ROW.match(line))}
+    mem = _PROXY_MEM.search(text)
+    calls = _PROXY_CALLS_MEM.search(text)
+    return {"rows": rows, "routes_mb": mem["mb"] if mem else None, "calls_mb": calls["mb"] if calls else None}
+
+
+def parse_stack(text: str) -> dict[str, dict[str, float]]:
+    return {m["kind"]: {"ours": float(m["ours"]), "stock": float(m["stock"])} for m in _STACK.finditer(text)}
+
+
+def parse_start_profile(text: str) -> dict[str, tuple[float, float | None]]:
+    phases = {}
+    for line in text.splitlines():
+        m = _PHASE.match(line)
+        if m and not line.startswith("phase"):
+            nums = [float(x) for x in m["nums"].split()]
+            phases[m["label"].strip()] = (nums[-1], float(m["share"]) if m["share"] else None)
+    return phases
+
+
+def parse_taskset(text: str) -> dict[str, Any]:
+    head = _TASKSET_HEAD.search(text)
+    cases = {m["case"]: m.groupdict() for m in _TASKSET.finditer(text)}
+    return {"rows": head["rows"] if head else "?", "mb": head["mb"] if head else "?", "cases": cases}
+
+
+# -- the summary ------------------------------------------------------------------------------------------
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, ...]] = []
+
+    def add(self, measure: str, ours: str, reference: str = "", ratio: str = "", target: str = "", verdict: str = ""):
+        self.rows.append((measure, ours, reference, ratio, target, verdict))
+
+    def section(self, title: str) -> None:
+        self.rows.append((f"-- {title}", "", "", "", "", ""))
+
+    def print(self) -> None:
+        head = ("measure", "ours", "stock / reference", "ratio", "target", "")
+        widths = [max(len(r[i]) for r in [head, *self.rows]) for i in range(6)]
+        widths[0] = max(len(r[0]) for r in [head, *self.rows] if not r[0].startswith("-- "))
+        fmt = "  ".join(f"{{:<{w}}}" if i in (0, 4, 5) else f"{{:>{w}}}" for i, w in enumerate(widths))
+        print(fmt.format(*head))
+        print("-" * (sum(widths) + 10))
+        for row in self.rows:
+            print(row[0] if row[0].startswith("-- ") else fmt.format(*row))
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def summarize(results: dict[str, Any], load: tuple[float, float], durations: dict[str, float]) -> None:
+    t = Table()
+    tp = results.get("throughput")
+    if isinstance(tp, dict):
+        for env, out in tp["envs"].items():
+            t.section(f"rollout throughput, {env}, instant upstream (rollouts/s; harness vs ng_collect_rollouts)")
+            for r in out["throughput"]:
+                c = r["concurrency"]
+                ratio = r["ours"] / r["stock"] if r["stock"] > 0 else float("nan")
+                target = {64: 1.0, 1024: 0.9}.get(c)
+                ours_cpu, stock_cpu = sum(r["ours_cpu_ms"].values()), sum(r["stock_cpu_ms"].values())
+                t.add(
+                    f"c={c} ({r['rollouts']} rollouts, errors {r['ours_errors']}/{r['stock_errors']})",
+                    f"{r['ours']:.1f}",
+                    f"{r['stock']:.1f}",
+                    f"{ratio:.2f}x",
+                    f">= {target:.1f}x" if target else "",
+                    met(ratio >= target) if target else "",
+                )
+                t.add(
+                    f"  CPU ms per rollout, all processes, c={c}",
+                    f"{ours_cpu:.1f}",
+                    f"{stock_cpu:.1f}",
+                    f"{stock_cpu / ours_cpu:.2f}x" if ours_cpu else "",
+                )
+            lat = out.get("latency_ms")
+            if lat:
+                h, d, s = lat["harness"], lat["direct_ours"], lat["direct_stock"]
+                t.section(f"latency per rollout at concurrency 1, {env} (ms, p50 / p99)")
+                t.add("harness.rollout() vs direct /run on our stack (floor)",
+                      f"{_pct(h, .5):.1f} / {_pct(h, .99):.1f}", f"{_pct(d, .5):.1f} / {_pct(d, .99):.1f}",
+                      f"+{_pct(h, .5) - _pct(d, .5):.1f} / +{_pct(h, .99) - _pct(d, .99):.1f}")  # fmt: skip
+                t.add("direct /run on the stock stack (via openai_model)", "",
+                      f"{_pct(s, .5):.1f} / {_pct(s, .99):.1f}")  # fmt: skip
+            mem = out.get("memory")
+            if mem:
+                idle = mem[0]
+                t.section(f"memory, {env}, 200 ms upstream (RSS; harness process = harness + proxy)")
+                t.add("harness process RSS idle (MB)", f"{idle['rss'] / 1e6:.0f}")
+                t.add("Gym stack RSS idle (MB)", f"{idle['stack_rss'] / 1e6:.0f}",
+                      f"{out.get('stock_stack_rss_idle', 0) / 1e6:.0f}")  # fmt: skip
+                for m in mem[1:]:
+                    per = (m["rss"] - idle["rss"]) / 1e6 / m["target"] * 1000
+                    t.add(f"{m['target']:,} rollouts at once: in flight / errors",
+                          f"{m['in_flight']} / {m['errors']}", "", "", "0 errors", met(m["errors"] == 0))  # fmt: skip
+                    t.add(f"  extra harness MB per 1,000 in flight ({m['target']:,})", f"{per:.1f}", "", "",
+                          "< 50 MB", met(per < 50))  # fmt: skip
+                    t.add(f"  stack RSS at {m['target']:,} in flight (MB)", f"{m['stack_rss'] / 1e6:.0f}")
+            scaling = out.get("scaling")
+            if scaling:
+                best = max(scaling, key=lambda s: s["ours"])
+                knee = next(s for s in scaling if s["ours"] >= 0.9 * best["ours"])
+                t.section(f"scaling, {env}, harness (see the chart above)")
+                t.add("peak rollouts/s (at concurrency)", f"{best['ours']:.1f} (c={best['concurrency']})")
+                t.add("knee: first concurrency within 90% of the peak", f"c={knee['concurrency']}")
+                last = scaling[-1]
+                t.add(f"at c={last['concurrency']}", f"{last['ours']:.1f}", "", f"{last['ours'] / best['ours']:.2f}x")
+    elif tp is not None:
+        t.section("rollout throughput")
+        t.add("bench_throughput.py", tp)
+
+    px = results.get("proxy")
+    if isinstance(px, dict):
+        t.section("proxy added latency per policy call (ms, p50 / p99; via proxy minus direct)")
+        for label, r in px["rows"].items():
+            added = f"+{float(r['a50']):.2f} / +{float(r['a99']):.2f}"
+            direct = f"direct {float(r['d50']):.2f} / {float(r['d99']):.2f}"
+            t.add(f"callers: {label}", added, direct, "", "", f"{r['cpu']} us CPU/call")
+        if px["routes_mb"]:
+            t.add("proxy RSS for 4,096 open routes (+MB)", f"+{px['routes_mb']}")
+            t.add("  + one recorded call on each (+MB)", f"+{px['calls_mb']}")
+    elif px is not None:
+        t.section("proxy")
+        t.add("bench_proxy.py", px)
+
+    st = results.get("stack")
+    if isinstance(st, dict):
+        t.section("stack start to ready (s), GymStack vs stock ng_run")
+        for kind in ("warm", "cold"):
+            if kind in st:
+                ours, stock = st[kind]["ours"], st[kind]["stock"]
+                target = ("< 10 s", met(ours < 10)) if kind == "warm" else ("", "")
+                t.add(f"{kind} start", f"{ours:.1f}", f"{stock:.1f}", f"{stock / ours:.2f}x faster", *target)
+    elif st is not None:
+        t.section("stack start")
+        t.add("bench_stack.py", st)
+
+    sp = results.get("start_profile")
+    if isinstance(sp, dict) and sp:
+        t.section("what a warm start spends its time on (bench_start_profile.py, median)")
+        for label, (secs, share) in sp.items():
+            t.add(label, f"{secs:.2f} s", "", f"{share:.0f}%" if share is not None else "")
+    elif sp is not None:
+        t.section("start profile")
+        t.add("bench_start_profile.py", str(sp))
+
+    ts = results.get("taskset")
+    if isinstance(ts, dict):
+        t.section(f"taskset load, {ts['rows']} rows ({ts['mb']} MB JSONL)")
+        for case, r in ts["cases"].items():
+            t.add(case, f"{r['secs']} s", "", "", "", f"peak {r['peak']} MB (+{r['added']})")
+    elif ts is not None:
+        t.section("taskset")
+        t.add("bench_taskset.py", ts)
+
+    print(f"\n{'=' * 100}")
+    print(
+        f"SUMMARY ({os.cpu_count()} CPUs, Python {sys.version.split()[0]}, load average {load[0]:.1f} before, "
+        f"{load[1]:.1f} after; {sum(durations.values()) / 60:.1f} minutes: "
+        + ", ".join(f"{name} {secs / 60:.1f}" for name, secs in durations.items())
+        + ")\n"
+    )
+    t.print()
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke run, not figures to quote")
+    parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(s.name for s in STEPS)}")
+    parser.add_argument(
+        "--all-envs",
+        action="store_true",
+        help=f"throughput on {EXTRA_ENVS} (adds about 4 minutes; the first env also gets memory and scaling)",
+    )
+    args = parser.parse_args()
+    wanted = set(args.only.split(",")) if args.only else {s.name for s in STEPS}
+    unknown = wanted - {s.name for s in STEPS}
+    if unknown:
+        parser.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {[s.name for s in STEPS]}")
+
+    parsers: dict[str, Callable[[str], Any]] = {
+        "proxy": parse_proxy,
+        "stack": parse_stack,
+        "start_profile": parse_start_profile,
+        "taskset": parse_taskset,
+    }
+    results: dict[str, Any] = {}
+    durations: dict[str, float] = {}
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench_run_all_") as tmp:
+        for step in STEPS:
+            if step.name not in wanted:
+                continue
+            argv = list(step.quick if args.quick else step.full)
+            json_path = Path(tmp) / f"{step.name}.json"
+            if step.name == "throughput":
+                argv += ["--json", str(json_path)]
+                if args.all_envs:
+                    argv += ["--envs", EXTRA_ENVS]
+            code, text, durations[step.name] = run_step(step, argv)
+            if code != 0:
+                results[step.name] = f"failed (exit {code}); see its output above"
+            elif step.name == "throughput":
+                results[step.name] = json.loads(json_path.read_text())
+            else:
+                results[step.name] = parsers[step.name](text)
+    summarize(results, (load_before, os.getloadavg()[0]), durations)
+    failed = [name for name, r in results.items() if isinstance(r, str)]
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
