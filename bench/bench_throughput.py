@@ -550,7 +550,11 @@ def spawn_upstream() -> tuple[subprocess.Popen[str], int]:
         [sys.executable, __file__, "_upstream"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
     )
     assert proc.stdout is not None
-    return proc, json.loads(proc.stdout.readline())["port"]
+    for line in proc.stdout:  # the first JSON line carries the port
+        if line.startswith("{"):
+            return proc, json.loads(line)["port"]
+    proc.kill()
+    raise RuntimeError(f"the fake upstream exited ({proc.wait()}) before telling its port")
 
 
 def bar(value: float, top: float, width: int = 40) -> str:
@@ -761,17 +765,19 @@ def print_report(figures: dict[str, Any], args: argparse.Namespace) -> None:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"load": [os.getloadavg()[0]]}
     tmp = Path(tempfile.mkdtemp(prefix="bench_throughput_"))
-    upstream, port = spawn_upstream()
+    upstream: subprocess.Popen[str] | None = None
     try:
+        upstream, port = spawn_upstream()
         for i, env in enumerate(e for e in args.envs.split(",") if e):
             await bench_env(env, args, (port, upstream.pid), tmp, i == 0, figures)
     finally:
-        if upstream.stdin is not None:
-            upstream.stdin.close()
-        try:
-            upstream.wait(10)
-        except subprocess.TimeoutExpired:
-            upstream.kill()
+        if upstream is not None:
+            if upstream.stdin is not None:
+                upstream.stdin.close()
+            try:
+                upstream.wait(10)
+            except subprocess.TimeoutExpired:
+                upstream.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     figures["load"].append(os.getloadavg()[0])
     return figures
