@@ -58,6 +58,11 @@ RESPONSES_SAMPLING_KEYS = frozenset(
 )
 _SAMPLING_ALIASES = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"}
 DEFAULT_MAX_STEPS = 100
+# Connections the harness opens to one Gym agent at most (Gym's own client default per host,
+# ``global_aiohttp_connector_limit_per_host``). Rollouts beyond it wait here, route open, as in
+# ng_collect_rollouts; without a cap, thousands of connects at once overflow the agent's listen queue
+# (uvicorn's backlog is 2,048) and the kernel drops them.
+AGENT_CONNECTIONS = 1024
 _STEP_BOUNDED_AGENTS = frozenset({"simple_agent"})  # agents whose config has max_steps
 
 
@@ -247,7 +252,7 @@ class NeMoGymHarness:
         session = self._sessions.get(loop)
         if session is None or session.closed:
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False),
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=AGENT_CONNECTIONS, force_close=False),
                 timeout=aiohttp.ClientTimeout(total=None),
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
@@ -351,14 +356,12 @@ class NeMoGymHarness:
 
     async def _post_run(self, url: str, body: dict[str, Any], stack: GymStack, generation: int) -> dict[str, Any]:
         session = self._session()
+        death = stack.death_future(generation)
         request = asyncio.ensure_future(session.post(url, json=body))
         try:
-            while True:
-                done, _ = await asyncio.wait({request}, timeout=0.25)
-                if done:
-                    break
-                if stack.is_dead(generation):
-                    raise GymServerDown(f"the Gym stack died during the rollout: {stack.dead_reason or 'stopped'}")
+            await asyncio.wait({request, death}, return_when=asyncio.FIRST_COMPLETED)
+            if not request.done():
+                raise GymServerDown(f"the Gym stack died during the rollout: {death.result()}")
             try:
                 response = request.result()
             except aiohttp.ClientConnectorError as exc:
@@ -414,32 +417,35 @@ class NeMoGymHarness:
             raise ConfigurationError(f"concurrency must be a positive integer, not {concurrency!r}.")
         pick = _endpoint_picker(endpoints)
         await self.astart()
-        pending: set[asyncio.Task[RolloutResult]] = set()
+        # Finished rollouts are handed over by a done-callback: O(1) per rollout, where asyncio.wait over
+        # every pending task would cost O(concurrency) per completion.
+        finished: asyncio.Queue[asyncio.Future[RolloutResult]] = asyncio.Queue()
+        running: set[asyncio.Future[RolloutResult]] = set()
         iterator = iter(tasks)
         exhausted = False
         try:
             while True:
-                while not exhausted and len(pending) < concurrency:
+                while not exhausted and len(running) < concurrency:
                     try:
                         task = next(iterator)
                     except StopIteration:
                         exhausted = True
                         break
-                    pending.add(
-                        asyncio.ensure_future(
-                            self.rollout(task, pick(task), sampling_args, timeout, _queued_at=time.monotonic())
-                        )
+                    future = asyncio.ensure_future(
+                        self.rollout(task, pick(task), sampling_args, timeout, _queued_at=time.monotonic())
                     )
-                if not pending:
+                    future.add_done_callback(finished.put_nowait)
+                    running.add(future)
+                if not running:
                     return
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for finished in done:
-                    yield finished.result()
+                done = await finished.get()
+                running.discard(done)
+                yield done.result()
         finally:
-            for leftover in pending:
+            for leftover in running:
                 leftover.cancel()
-            if pending:
-                await asyncio.gather(*pending, return_exceptions=True)
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
 
     def run_sync(
         self,

@@ -10,6 +10,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Literal
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -61,11 +62,19 @@ def kill_session(sid: int, timeout: float = 5.0) -> list[int]:
 
 def port_accepts(host: str, port: int, timeout: float = 0.5) -> bool:
     """Whether something accepts TCP connections on ``host:port``."""
+    return port_state(host, port, timeout) == "open"
+
+
+def port_state(host: str, port: int, timeout: float = 0.5) -> Literal["open", "refused", "timeout"]:
+    """Connect to ``host:port``: ``open``, ``refused`` (nothing listens there) or ``timeout`` (something
+    listens but did not accept in time, e.g. a busy server whose listen queue is full)."""
     try:
         with socket.create_connection((host, port), timeout=timeout):
-            return True
+            return "open"
+    except TimeoutError:
+        return "timeout"
     except OSError:
-        return False
+        return "refused"
 
 
 def _ephemeral_range() -> tuple[int, int]:

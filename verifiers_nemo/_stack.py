@@ -10,6 +10,7 @@ routing proxy's, so Gym agents send their policy calls straight to the proxy.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import hashlib
 import http.client
@@ -40,7 +41,7 @@ from ._gym_config import (
     requirements_beyond_nemo_gym,
     server_instances,
 )
-from ._procs import PortReservation, kill_session, port_accepts, reserve_ports, rss_bytes, session_pids
+from ._procs import PortReservation, kill_session, port_accepts, port_state, reserve_ports, rss_bytes, session_pids
 from ._runtime import GymRuntime, cache_dir, find_gym_runtime
 
 logger = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class GymStack:
         self._monitor_stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._listeners: list[Callable[[int, str], None]] = []
+        self._death_waiters: dict[tuple[int, asyncio.AbstractEventLoop], asyncio.Future[str]] = {}
         self.runtime: GymRuntime | None = None
         self._instances = self._read_instances()
 
@@ -265,19 +267,48 @@ class GymStack:
         )
 
     def agent_url(self, agent: str | None = None) -> str:
-        """Base URL of a Gym agent of this stack (the only one when ``agent`` is None)."""
-        info = self.info()
+        """Base URL of a Gym agent of this stack (the only one when ``agent`` is None).
+
+        Called once per rollout: it reads the launch's own port table and nothing else (no ``/proc``)."""
+        launch = self._launch
+        if launch is None or launch.stopped:
+            raise StackStartError(f"Gym stack {self.config.name} is not running.")
+        names = self.agent_names
         if agent is None:
-            if len(info.agent_names) != 1:
-                raise ConfigurationError(
-                    f"Gym stack {self.config.name} has several agents {list(info.agent_names)}; name one."
-                )
-            agent = info.agent_names[0]
-        if agent not in info.agent_names:
-            raise ConfigurationError(
-                f"Gym stack {self.config.name} has no agent {agent!r}; it has {list(info.agent_names)}."
-            )
-        return info.server_urls[agent]
+            if len(names) != 1:
+                raise ConfigurationError(f"Gym stack {self.config.name} has several agents {list(names)}; name one.")
+            agent = names[0]
+        if agent not in names:
+            raise ConfigurationError(f"Gym stack {self.config.name} has no agent {agent!r}; it has {list(names)}.")
+        return f"http://{HOST}:{launch.servers[agent][1]}"
+
+    def death_future(self, generation: int) -> asyncio.Future[str]:
+        """A future of the running event loop that resolves, with the reason, when ``generation`` of this
+        stack dies or is stopped (at once if it already has). One per (generation, loop), shared by every
+        rollout waiting on it, so a rollout waits on its request and this instead of polling."""
+        loop = asyncio.get_running_loop()
+        with self._death_lock:
+            launch = self._launch
+            gone = generation != self._generation or launch is None or launch.stopped or self._dead.is_set()
+            if gone:
+                future = loop.create_future()
+                future.set_result(self._dead_reason or "stopped")
+                return future
+            future = self._death_waiters.get((generation, loop))
+            if future is None:
+                for key in [k for k in self._death_waiters if k[1].is_closed()]:
+                    del self._death_waiters[key]
+                future = self._death_waiters[(generation, loop)] = loop.create_future()
+            return future
+
+    def _signal_death(self, reason: str) -> None:
+        with self._death_lock:
+            waiters, self._death_waiters = self._death_waiters, {}
+        for (_, loop), future in waiters.items():
+            try:
+                loop.call_soon_threadsafe(_resolve, future, reason)
+            except RuntimeError:  # that loop is closed: nobody waits there any more
+                pass
 
     @property
     def log_path(self) -> Path | None:
@@ -471,6 +502,7 @@ class GymStack:
         if launch is None or launch.stopped:
             return
         launch.stopped = True
+        self._signal_death(self._dead_reason or "the Gym stack was stopped")
         sid = launch.supervisor.pid
         try:
             if launch.supervisor.stdin:
@@ -515,7 +547,9 @@ class GymStack:
                 reason = "the Gym launcher (ng_run) exited"
             else:
                 for name, (_, port) in launch.servers.items():
-                    if port_accepts(HOST, port):
+                    # Only a refused connection (nothing listening) is a strike: a connect that times out means
+                    # a busy server whose listen queue is full under load, not a dead one.
+                    if port_state(HOST, port) != "refused":
                         strikes[name] = 0
                         continue
                     strikes[name] = strikes.get(name, 0) + 1
@@ -549,11 +583,17 @@ class GymStack:
             self._dead_reason = reason
             self._dead.set()
         logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
+        self._signal_death(reason)
         for listener in list(self._listeners):
             try:
                 listener(launch.generation, reason)
             except Exception:  # a listener's bug must not stop the others
                 logger.exception("stack death listener failed")
+
+
+def _resolve(future: asyncio.Future[str], reason: str) -> None:
+    if not future.done():
+        future.set_result(reason)
 
 
 def _http_ok(port: int) -> bool:
