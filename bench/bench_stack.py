@@ -6,8 +6,12 @@ Stock: ``ng_run`` with the environment's config plus Gym's own ``openai_model`` 
 run in a fresh working directory (cold: it builds one venv per server with uv; warm: the second
 start in the same directory, where the venvs exist but are still re-synced). Ready = every server
 answers ``GET /`` (polled every 0.1 s for both, so neither pays ng_run's own 3 s poll).
-GymStack: cold = first start with an empty cache directory; warm = later starts.
-Also prints each stack's process count and total RSS once ready.
+GymStack: cold = first start with an empty cache directory; warm = later starts, each the process's
+first stack (so it starts the process's shared Ray head, at the same time as ng_run); "joined" = a
+stack started while another stack of the process keeps the Ray head up (a second environment, or a
+restart after a death); "own Ray" = ``shared_ray=False``, ng_run starting a Ray cluster of its own
+(how GymStack started before the shared head). Also prints each stack's process count and total RSS
+once ready (for GymStack, with its Ray head's processes).
 """
 
 from __future__ import annotations
@@ -79,13 +83,19 @@ def stock_start(env: str, workdir: Path) -> tuple[float, int, int]:
         reservation.release()
 
 
-def ours_start(env: str) -> tuple[float, int, int]:
-    runtime = find_gym_runtime()
-    config = runtime.root / "resources_servers" / env / "configs" / f"{env}.yaml"
-    stack = GymStack(StackConfig(env, (config,), "http://127.0.0.1:9"))
+def _stack(env: str, shared_ray: bool = True) -> GymStack:
+    config = find_gym_runtime().root / "resources_servers" / env / "configs" / f"{env}.yaml"
+    return GymStack(StackConfig(env, (config,), "http://127.0.0.1:9", shared_ray=shared_ray))
+
+
+def ours_start(env: str, shared_ray: bool = True, keeper: GymStack | None = None) -> tuple[float, int, int]:
+    """Start (and stop) one GymStack; with ``keeper`` running, it joins the keeper's Ray head."""
+    stack = _stack(env, shared_ray)
     started = time.monotonic()
     info = stack.start()
     ready = time.monotonic() - started
+    if keeper is not None:
+        assert stack._ray_head is keeper._ray_head
     stack.stop()
     return ready, len(info.pids), info.rss_bytes
 
@@ -104,15 +114,25 @@ def main() -> None:
         for _ in range(args.repeats):
             rows.append(("GymStack", "warm", *ours_start(args.env)))
             rows.append(("stock ng_run", "warm", *stock_start(args.env, Path(stock_dir))))
+            rows.append(("GymStack", "own Ray", *ours_start(args.env, shared_ray=False)))
+        keeper = _stack(args.env)
+        keeper.start()
+        try:
+            for _ in range(args.repeats):
+                rows.append(("GymStack", "joined", *ours_start(args.env, keeper=keeper)))
+        finally:
+            keeper.stop()
         shutil.rmtree(Path(stock_dir) / "cache", ignore_errors=True)
 
     print(f"\nstart to ready, {args.env} (all servers answer GET /), one run, alternating sides\n")
-    print(f"{'stack':<14}{'start':<7}{'ready s':>9}{'procs':>7}{'RSS MB':>9}")
+    print(f"{'stack':<14}{'start':<9}{'ready s':>9}{'procs':>7}{'RSS MB':>9}")
     for name, kind, ready, procs, rss in rows:
-        print(f"{name:<14}{kind:<7}{ready:>9.1f}{procs:>7}{rss / 1e6:>9.0f}")
-    for kind in ("cold", "warm"):
+        print(f"{name:<14}{kind:<9}{ready:>9.1f}{procs:>7}{rss / 1e6:>9.0f}")
+    for kind in ("cold", "warm", "own Ray", "joined"):
         ours = statistics.median(r[2] for r in rows if r[0] == "GymStack" and r[1] == kind)
-        stock = statistics.median(r[2] for r in rows if r[0] == "stock ng_run" and r[1] == kind)
+        stock = statistics.median(
+            r[2] for r in rows if r[0] == "stock ng_run" and r[1] == ("cold" if kind == "cold" else "warm")
+        )
         print(f"{kind}: GymStack {ours:.1f}s vs stock {stock:.1f}s (x{stock / ours:.2f} faster)")
 
 

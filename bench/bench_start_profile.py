@@ -5,7 +5,8 @@
 Each repeat starts a ``GymStack`` (warm: the default cache directory, venv links in place) while a
 thread tails its ``ng_run.log`` every 20 ms, so each line gets the time it first appeared. The start
 is cut into phases at nemo-gym's own log lines: our pre-launch work (requirements check, venv links,
-config), ng_run's start-up (imports, config merge), Ray cluster start, head server, the Gym servers
+config), ng_run's start-up (imports, config merge), Ray (connecting to the process's shared Ray head,
+which a first start launches at the same moment as ng_run), head server, the Gym servers
 (spawn, imports, Ray connect, uvicorn), and our readiness poll. At ready, the CPU seconds used so far
 by each kind of process of the stack's session are summed (processes that already exited, e.g. the
 requirements check, are not counted). Prints every repeat and the median.
@@ -30,7 +31,7 @@ from verifiers_nemo._stack import GymStack, StackConfig
 PHASES = (
     ("pre-launch (ours)", "spawn"),
     ("ng_run imports + config", "ray_begin"),
-    ("Ray cluster start", "ray_ready"),
+    ("Ray start or connect", "ray_ready"),
     ("head server up", "head_up"),
     ("Gym servers up", "servers_up"),
     ("readiness poll (ours)", "ready"),

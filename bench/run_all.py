@@ -86,7 +86,9 @@ _PROXY_ROW = re.compile(
 )
 _PROXY_MEM = re.compile(r"\+ (?P<n>\d+) open routes\s+[\d.]+\s+\(\+(?P<mb>[\d.]+)\)")
 _PROXY_CALLS_MEM = re.compile(r"\+ one recorded call per route\s+[\d.]+\s+\(\+(?P<mb>[\d.]+), (?P<n>\d+) calls\)")
-_STACK = re.compile(r"^(?P<kind>cold|warm): GymStack (?P<ours>[\d.]+)s vs stock (?P<stock>[\d.]+)s", re.M)
+_STACK = re.compile(
+    r"^(?P<kind>cold|warm|own Ray|joined): GymStack (?P<ours>[\d.]+)s vs stock (?P<stock>[\d.]+)s", re.M
+)
 _PHASE = re.compile(r"^(?P<label>[a-zA-Z].{25})(?P<nums>(?:\s+[\d.]+)+)(?:\s+(?P<share>\d+)%)?$")
 _TASKSET = re.compile(
     r"^(?P<case>full load|limit=100|shuffle, limit=100)\s+(?P<tasks>[\d,]+)\s+(?P<secs>[\d.]+)\s+"
@@ -229,11 +231,17 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
     st = results.get("stack")
     if isinstance(st, dict):
         t.section("stack start to ready (s), GymStack vs stock ng_run")
-        for kind in ("warm", "cold"):
+        labels = {
+            "warm": "warm start (first stack: starts the Ray head)",
+            "joined": "warm start, Ray head already up (restart, 2nd env)",
+            "own Ray": "warm start, ng_run's own Ray (shared_ray=False)",
+            "cold": "cold start",
+        }
+        for kind, label in labels.items():
             if kind in st:
                 ours, stock = st[kind]["ours"], st[kind]["stock"]
                 target = ("< 10 s", met(ours < 10)) if kind == "warm" else ("", "")
-                t.add(f"{kind} start", f"{ours:.1f}", f"{stock:.1f}", f"{stock / ours:.2f}x faster", *target)
+                t.add(label, f"{ours:.1f}", f"{stock:.1f}", f"{stock / ours:.2f}x faster", *target)
     elif st is not None:
         t.section("stack start")
         t.add("bench_stack.py", st)

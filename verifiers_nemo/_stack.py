@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import hashlib
 import http.client
 import json
@@ -42,6 +43,7 @@ from ._gym_config import (
     server_instances,
 )
 from ._procs import PortReservation, kill_session, port_accepts, port_state, reserve_ports, rss_bytes, session_pids
+from ._ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
 from ._runtime import GymRuntime, cache_dir, find_gym_runtime
 
 logger = logging.getLogger(__name__)
@@ -92,6 +94,9 @@ class StackConfig:
     """Let nemo-gym build its own venv (from PyPI) for servers whose requirements the runtime lacks."""
     pass_env: tuple[str, ...] = ()
     """Environment variables with secret-looking names that Gym processes may still see."""
+    shared_ray: bool = True
+    """Join the process's one Ray head (see ``_ray_head``) instead of letting ng_run start a Ray cluster
+    per stack. Ignored when ``overrides`` name a ``ray_head_node_address`` of their own."""
     start_timeout: float = 300.0
     stop_timeout: float = 10.0
 
@@ -121,6 +126,7 @@ class StackInfo:
     agent_names: tuple[str, ...]
     ready_seconds: float
     pids: tuple[int, ...] = field(repr=False)
+    """The stack's processes, and those of the Ray head it joined (shared with the process's other stacks)."""
     rss_bytes: int = 0
 
 
@@ -139,6 +145,7 @@ class GymStack:
         self._monitor: threading.Thread | None = None
         self._listeners: list[Callable[[int, str], None]] = []
         self._death_waiters: dict[tuple[int, asyncio.AbstractEventLoop], asyncio.Future[str]] = {}
+        self._ray_head: RayHead | None = None
         self.runtime: GymRuntime | None = None
         self._instances = self._read_instances()
 
@@ -184,18 +191,24 @@ class GymStack:
             self._dead.clear()
             self._dead_reason = None
             for attempt in range(1, _START_ATTEMPTS + 1):
-                self._launch = self._spawn(self.runtime)
+                self._launch = self._spawn(self.runtime, self._join_ray_head(self.runtime))
                 try:
                     self._wait_ready(self._launch)
                     break
                 except StackStartError:
                     collided = "address already in use" in self._log_tail(self._launch, lines=10_000)
+                    head = self._ray_head
+                    if head is not None and not head.alive:  # e.g. its port was taken: the next try gets a new one
+                        collided = collided or "address already in use" in head.log_tail(10_000)
+                        self._leave_ray_head()
                     self._stop_locked(keep_run_dir=True)
                     if not collided or attempt == _START_ATTEMPTS:
+                        self._leave_ray_head()
                         raise
                     logger.warning("Gym stack %s: a port was taken while starting; retrying", self.config.name)
                 except BaseException:
                     self._stop_locked(keep_run_dir=True)
+                    self._leave_ray_head()
                     raise
             self._start_monitor()
             _registry_track(self)
@@ -204,9 +217,28 @@ class GymStack:
             return info
 
     def stop(self) -> None:
-        """Stop every process of the stack (graceful, then forced), bounded and idempotent."""
+        """Stop every process of the stack (graceful, then forced), bounded and idempotent; the last stack
+        of the process to stop also stops the shared Ray head."""
         with self._lock:
             self._stop_locked()
+            self._leave_ray_head()
+
+    def _join_ray_head(self, runtime: GymRuntime) -> RayHead | None:
+        """The Ray head this launch joins (kept across restarts while it lives), or None to let ng_run
+        start its own Ray."""
+        if not self.config.shared_ray or any("ray_head_node_address" in o for o in self.config.overrides):
+            return None
+        head = self._ray_head
+        if head is not None and not head.alive:
+            self._leave_ray_head()
+        if self._ray_head is None:
+            self._ray_head = acquire_ray_head(runtime, self._child_env(runtime))
+        return self._ray_head
+
+    def _leave_ray_head(self) -> None:
+        head, self._ray_head = self._ray_head, None
+        if head is not None:
+            release_ray_head(head)
 
     def restart(self) -> StackInfo:
         with self._lock:
@@ -255,6 +287,8 @@ class GymStack:
         if launch is None or launch.stopped:
             raise StackStartError(f"Gym stack {self.config.name} is not running.")
         pids = tuple(session_pids(launch.supervisor.pid))
+        if self._ray_head is not None:
+            pids += tuple(session_pids(self._ray_head.pid))
         return StackInfo(
             name=self.config.name,
             generation=launch.generation,
@@ -381,7 +415,7 @@ class GymStack:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def _spawn(self, runtime: GymRuntime) -> _Launch:
+    def _spawn(self, runtime: GymRuntime, ray_head: RayHead | None) -> _Launch:
         isolated = self._check_requirements(runtime)
         links = self._link_venvs(runtime, isolated)
         run_dir = cache_dir() / "runs" / f"{self.config.name}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -421,6 +455,8 @@ class GymStack:
         ]
         for instance, port in servers.values():
             argv += [f"++{instance.override_prefix}.host={HOST}", f"++{instance.override_prefix}.port={port}"]
+        if ray_head is not None:
+            argv.append(f"+ray_head_node_address={ray_head.address}")
         argv += list(self.config.overrides)
         log_path = run_dir / "ng_run.log"
         spec = {
@@ -429,6 +465,7 @@ class GymStack:
             "log": str(log_path),
             "grace_s": max(1.0, self.config.stop_timeout - 3.0),
             "ports": [[HOST, port] for _, port in servers.values()],
+            "remove_if_owner_dies": [str(run_dir)],
         }
         logger.debug("Launching Gym stack %s: %s", self.config.name, argv)
         supervisor = subprocess.Popen(
@@ -437,7 +474,7 @@ class GymStack:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd=run_dir,
-            env=self._child_env(runtime),
+            env={**self._child_env(runtime), **(ray_head.env() if ray_head else {})},
             start_new_session=True,
         )
         return _Launch(
@@ -504,11 +541,11 @@ class GymStack:
         launch.stopped = True
         self._signal_death(self._dead_reason or "the Gym stack was stopped")
         sid = launch.supervisor.pid
-        try:
-            if launch.supervisor.stdin:
+        if launch.supervisor.stdin:
+            with contextlib.suppress(OSError):
+                launch.supervisor.stdin.write(b"s")  # "stopping": we tidy up ourselves
+            with contextlib.suppress(OSError):
                 launch.supervisor.stdin.close()  # EOF: the supervisor tears the session down
-        except OSError:
-            pass
         try:
             launch.supervisor.wait(timeout=self.config.stop_timeout)
         except subprocess.TimeoutExpired:
@@ -543,8 +580,11 @@ class GymStack:
         strikes: dict[str, int] = {}
         while not stop.wait(0.5):
             reason = None
+            head = self._ray_head
             if launch.supervisor.poll() is not None:
                 reason = "the Gym launcher (ng_run) exited"
+            elif head is not None and not head.alive:
+                reason = f"the Ray head the stack joined exited (log: {head.log_path})"
             else:
                 for name, (_, port) in launch.servers.items():
                     # Only a refused connection (nothing listening) is a strike: a connect that times out means
@@ -649,6 +689,7 @@ def stop_all_stacks() -> None:
             stack.stop()
         except Exception:
             logger.exception("stopping Gym stack %s failed", stack.config.name)
+    stop_all_ray_heads()
 
 
 def _registry_track(stack: GymStack) -> None:

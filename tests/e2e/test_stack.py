@@ -40,7 +40,8 @@ def test_stack_starts_answers_and_stops_without_leftovers(gym_root: Path) -> Non
     stack = GymStack(_config(gym_root, "example_single_tool_call"))
     info = stack.start()
     sid = stack._launch.supervisor.pid
-    ports = _ports(stack)
+    head = stack._ray_head
+    ports = [*_ports(stack), head.gcs_port]
     assert set(info.server_urls) == {"example_single_tool_call", "example_single_tool_call_simple_agent"}
     assert info.agent_names == ("example_single_tool_call_simple_agent",)
     for url in [info.head_url, *info.server_urls.values()]:
@@ -49,11 +50,14 @@ def test_stack_starts_answers_and_stops_without_leftovers(gym_root: Path) -> Non
     assert stack.agent_url() == info.server_urls["example_single_tool_call_simple_agent"]
     assert len(info.pids) > 3 and info.rss_bytes > 0
 
+    assert session_pids(head.pid) and set(session_pids(head.pid)) <= set(info.pids)
+
     stack.stop()
     stack.stop()  # idempotent
 
-    assert session_pids(sid) == []
+    assert session_pids(sid) == [] and session_pids(head.pid) == []  # the last stack also stopped the Ray head
     assert not any(port_accepts("127.0.0.1", port) for port in ports)
+    assert not head.temp_dir.exists()  # Ray's session files were private to the head, and are gone
 
 
 def test_two_stacks_of_different_environments_run_at_once(gym_root: Path) -> None:
@@ -66,9 +70,36 @@ def test_two_stacks_of_different_environments_run_at_once(gym_root: Path) -> Non
         for stack in (a, b):
             for url in stack.info().server_urls.values():
                 assert _get(url + "/") == 200
+        # one Ray head for the process: the second stack joined it instead of starting a cluster
+        assert a._ray_head is b._ray_head and a._ray_head.alive
+        joined = f"Connecting to Ray cluster at specified address: {a._ray_head.address}"
+        assert all(joined in stack.log_path.read_text() for stack in (a, b))
+        head = a._ray_head
+        a.stop()
+        assert head.alive  # still used by b
+        assert _get(b.agent_url() + "/") == 200
     finally:
         a.stop()
         b.stop()
+    assert not head.alive and session_pids(head.pid) == []
+
+
+def test_a_dead_ray_head_is_detected_and_restart_starts_a_new_one(gym_root: Path) -> None:
+    stack = GymStack(_config(gym_root, "example_single_tool_call"))
+    try:
+        stack.start()
+        generation, head = stack.generation, stack._ray_head
+        os.killpg(head.pid, signal.SIGKILL)  # the head's supervisor and ray start, as an OOM kill would
+        wait_until(lambda: stack.is_dead(generation), timeout=15)
+        assert "Ray head" in (stack.dead_reason or "")
+
+        info = stack.ensure_running()
+        assert stack._ray_head is not head and stack._ray_head.alive
+        for url in info.server_urls.values():
+            assert _get(url + "/") == 200
+    finally:
+        stack.stop()
+    wait_until(lambda: not session_pids(head.pid), timeout=20)
 
 
 def test_killed_server_is_detected_and_restart_brings_the_stack_back(gym_root: Path) -> None:
@@ -122,7 +153,9 @@ _OWNER = textwrap.dedent(
     stack = GymStack(StackConfig("example_single_tool_call", (Path(sys.argv[1]),), "http://127.0.0.1:9"))
     info = stack.start()
     ports = [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]]
-    print(json.dumps({"sid": stack._launch.supervisor.pid, "ports": ports}), flush=True)
+    sids = [stack._launch.supervisor.pid, stack._ray_head.pid]
+    dirs = [str(stack._launch.run_dir), str(stack._ray_head.temp_dir)]
+    print(json.dumps({"sids": sids, "ports": ports + [stack._ray_head.gcs_port], "dirs": dirs}), flush=True)
     time.sleep(600)
     """
 )
@@ -138,10 +171,12 @@ def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(gym_root: Pa
     )
     try:
         started = json.loads(owner.stdout.readline())
-        assert session_pids(started["sid"])
+        assert all(session_pids(sid) for sid in started["sids"])  # the stack's session and its Ray head's
         owner.send_signal(sig)
         owner.wait(timeout=30)
-        wait_until(lambda: not session_pids(started["sid"]), timeout=20)
+        wait_until(lambda: not any(session_pids(sid) for sid in started["sids"]), timeout=20)
+        # the run folder and the Ray head's files go too, even when the owner could not remove them (SIGKILL)
+        wait_until(lambda: not any(Path(d).exists() for d in started["dirs"]), timeout=10)
         assert not any(port_accepts("127.0.0.1", port) for port in started["ports"])
     finally:
         if owner.poll() is None:

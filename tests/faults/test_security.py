@@ -33,12 +33,11 @@ from tests.faults.helpers import (
 from tests.unit.fake_upstream import FakeReply, FakeUpstream
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
 from verifiers_nemo import _proxy as proxy_module
-from verifiers_nemo._procs import session_pids
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
 
 KEY_GENERATOR = re.compile(r"secrets\.(token_urlsafe|token_hex|token_bytes)\((\d+)\)")
-RAY_SESSION_DIR = re.compile(r"(/tmp/ray/session_[^/\s]+)")
+RAY_SESSION_DIR = re.compile(r"(/[^\s=]*/session_\d{4}-\d\d-\d\d_[^/\s]+)")  # /tmp/ray/... or the shared head's
 
 
 def _port(url: str) -> int:
@@ -57,7 +56,7 @@ def _program(command: str) -> str:
 
 
 def _stack_sockets(harness: NeMoGymHarness) -> list[tuple[int, str, ListeningSocket]]:
-    return listening_sockets_of(session_pids(harness.stack._launch.supervisor.pid))
+    return listening_sockets_of(harness.stack.info().pids)  # the stack's and its Ray head's processes
 
 
 async def test_gym_servers_and_the_proxy_listen_on_loopback_only(harness: NeMoGymHarness) -> None:
@@ -185,13 +184,14 @@ async def test_the_api_key_never_reaches_gym_configs_processes_logs_or_results(
     search = CanarySearch(CANARY)
     launch = harness.stack._launch
     search.tree(launch.run_dir)  # Gym config files, ng_run.log with every server's output
-    pids = session_pids(launch.supervisor.pid)
+    pids = harness.stack.info().pids  # the stack's and its Ray head's processes
     ray_dirs = set()
     for pid in pids:
         search.text(f"/proc/{pid}/environ", environ_of(pid))
         command = cmdline_of(pid)
         search.text(f"/proc/{pid}/cmdline", command)
         ray_dirs.update(RAY_SESSION_DIR.findall(command))
+    assert ray_dirs, "no Ray session folder found on the processes' command lines"
     for ray_dir in ray_dirs:
         search.tree(Path(ray_dir))  # Ray's logs of this stack's processes
     with urllib.request.urlopen(harness.stack.info().head_url + "/global_config_dict_yaml", timeout=10) as reply:

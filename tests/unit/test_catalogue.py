@@ -207,15 +207,11 @@ def test_judge_models_defined_in_the_config_are_listed_as_model_servers() -> Non
         ("competitive_coding_challenges", "needs data that is not shipped"),
     ],
 )
-def test_environments_needing_services_credentials_or_downloads_are_external(
-    name: str, reason_fragment: str
-) -> None:
+def test_environments_needing_services_credentials_or_downloads_are_external(name: str, reason_fragment: str) -> None:
     environment = env(name)
 
     assert environment.needs_external
-    assert any(reason_fragment in reason for reason in environment.external_reasons), (
-        environment.external_reasons
-    )
+    assert any(reason_fragment in reason for reason in environment.external_reasons), environment.external_reasons
     assert not environment.runs_offline_with_nemo_gym_only
 
 
@@ -347,9 +343,7 @@ def test_rule_required_secret_field_left_unset_is_external(tmp_path: Path) -> No
 
 
 def test_rule_setup_import_and_containers_are_external_but_prose_is_not(tmp_path: Path) -> None:
-    root = make_root(
-        tmp_path, {"toy.yaml": toy_server() + TOY_AGENT}, app='"""Runs without a docker sandbox."""\n'
-    )
+    root = make_root(tmp_path, {"toy.yaml": toy_server() + TOY_AGENT}, app='"""Runs without a docker sandbox."""\n')
     assert classify(root)[1] == ()
 
     (root / "resources_servers/toy/app.py").write_text("from resources_servers.toy.setup_toy import ensure\n")

@@ -294,10 +294,7 @@ def test_shuffle_with_limit_samples_from_the_whole_file_deterministically(tmp_pa
     path = write_jsonl(tmp_path / "t.jsonl", [row(str(i)) for i in range(1000)])
 
     def sample(seed: int) -> list[str]:
-        return [
-            t.example_id
-            for t in NeMoGymTaskset(jsonl_path=path, agent="a", shuffle=True, limit=10, seed=seed)
-        ]
+        return [t.example_id for t in NeMoGymTaskset(jsonl_path=path, agent="a", shuffle=True, limit=10, seed=seed)]
 
     assert sample(3) == sample(3)
     assert len(set(sample(3))) == 10
@@ -375,9 +372,7 @@ BAD_ROWS = {
 
 
 @pytest.mark.parametrize(("bad", "problem", "fix"), BAD_ROWS.values(), ids=BAD_ROWS.keys())
-def test_a_bad_row_is_one_error_naming_file_line_and_fix(
-    tmp_path: Path, bad: Any, problem: str, fix: str
-) -> None:
+def test_a_bad_row_is_one_error_naming_file_line_and_fix(tmp_path: Path, bad: Any, problem: str, fix: str) -> None:
     path = write_jsonl(tmp_path / "tasks.jsonl", [row("ok"), "", bad])
 
     with pytest.raises(TasksetError) as caught:
@@ -409,9 +404,7 @@ def test_rows_without_agent_ref_need_an_agent(tmp_path: Path) -> None:
 
 
 def test_rows_take_the_agent_argument_or_their_own_agent_ref(tmp_path: Path) -> None:
-    path = write_jsonl(
-        tmp_path / "tasks.jsonl", [row(), row(agent_ref={"name": "example_multi_step_simple_agent"})]
-    )
+    path = write_jsonl(tmp_path / "tasks.jsonl", [row(), row(agent_ref={"name": "example_multi_step_simple_agent"})])
 
     tasks = taskset("example_multi_step", jsonl_path=path, agent="example_multi_step_simple_agent")
 
@@ -452,9 +445,7 @@ def test_recorded_rows_must_carry_response_and_reward(tmp_path: Path) -> None:
         NeMoGymTaskset(jsonl_path=path, agent="a", recorded=True)
 
 
-def test_skip_leaves_bad_rows_out_counts_them_and_warns(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_skip_leaves_bad_rows_out_counts_them_and_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = write_jsonl(tmp_path / "tasks.jsonl", [row("a"), "garbage", {"x": 1}, row("b")])
 
     with caplog.at_level(logging.WARNING, logger="verifiers_nemo"):

@@ -1,9 +1,12 @@
-"""Supervise one ``ng_run`` and take its whole session down when told to, or when the owner dies.
+"""Supervise one launcher (``ng_run``, or ``ray start`` for the shared Ray head) and take its whole
+session down when told to, or when the owner dies.
 
 Run by the harness process as ``python supervisor.py SPEC_JSON`` in a new session (so it is the
 session leader and every process ``ng_run`` starts, Ray's included, shares its session id). Its
 stdin is a pipe from the owner: EOF means the owner is gone (even after SIGKILL), which is how a
-stack never outlives the process that started it.
+stack never outlives the process that started it. An owner that stops the supervisor on purpose
+writes a byte before closing the pipe; a bare EOF means the owner died, and the supervisor then also
+removes the paths in the spec's ``remove_if_owner_dies`` (the run folder, the Ray head's files).
 
 Teardown: SIGINT to every process of the session (servers shut down gracefully on it), wait
 until the servers' ports are closed or ``grace_s`` passed, then SIGKILL every process left
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,9 +65,11 @@ def main() -> int:
     with open(spec["log"], "ab", buffering=0) as log:
         ng_run = subprocess.Popen(spec["argv"], cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
+        owner_stopping = threading.Event()
+
         def watch_owner() -> None:
             while sys.stdin.buffer.read(1):
-                pass
+                owner_stopping.set()  # the owner says it stops us, and tidies up itself
             stop.set()
 
         threading.Thread(target=watch_owner, daemon=True).start()
@@ -87,7 +93,11 @@ def main() -> int:
             except ProcessLookupError:
                 pass
         code = ng_run.wait()
-        log.write(f"[verifiers_nemo supervisor] stack stopped (ng_run exit {code})\n".encode())
+        log.write(f"[verifiers_nemo supervisor] stopped (launcher exit {code})\n".encode())
+    if stop.is_set() and not owner_stopping.is_set():
+        # The owner died without a word (SIGKILL, crash): nobody else will remove its files.
+        for path in spec.get("remove_if_owner_dies", []):
+            shutil.rmtree(path, ignore_errors=True)
     return 0
 
 

@@ -1,0 +1,185 @@
+"""One Ray head per process, shared by its Gym stacks.
+
+Every ``ng_run`` starts a Ray cluster of its own (about 20 processes, most of a warm start's CPU) unless
+it is given ``+ray_head_node_address`` (nemo-gym's public seam for an existing cluster). A ``RayHead`` is
+that cluster, started once for the process with ``ray start --head --block`` from the Gym runtime and
+joined by every stack of the process and by every restart, so later starts skip Ray's start altogether.
+The first start does not wait for it: ng_run is launched at the same moment, and its ``ray.init``
+connects once the head's GCS answers (Ray retries that for about 20 s).
+
+The head runs under the same supervisor as the stacks (its own session, torn down when the owner stops it
+or dies), binds 127.0.0.1 only, keeps its files in a private temporary folder (not the machine-wide
+``/tmp/ray``, whose ``ray_current_cluster`` file other Ray users on the machine would join), and
+requires a random token that only this process's Gym processes get (Ray's token authentication).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from ._procs import PortReservation, kill_session, reserve_ports
+from ._runtime import GymRuntime, cache_dir
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+_GYM_SIDE = Path(__file__).parent / "_gym_side"
+_STOP_TIMEOUT = 10.0
+
+
+class RayHead:
+    """A Ray head node for this process's Gym stacks (see the module docstring)."""
+
+    def __init__(self, runtime: GymRuntime, env: dict[str, str]) -> None:
+        self.runtime = runtime
+        self.token = secrets.token_hex(32)
+        self._ports: PortReservation | None = reserve_ports(3, cache_dir() / "ports")
+        self.gcs_port, client_port, agent_port = self._ports.ports
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="vnr-ray-"))  # short: Ray's socket paths live under it
+        self.log_path = self.temp_dir / "ray_head.log"
+        argv = [
+            str(runtime.bin_dir / "ray"),
+            "start",
+            "--head",
+            "--block",
+            f"--node-ip-address={HOST}",
+            f"--port={self.gcs_port}",
+            f"--ray-client-server-port={client_port}",
+            f"--dashboard-agent-listen-port={agent_port}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={self.temp_dir}",
+        ]
+        spec = {
+            "argv": argv,
+            "cwd": str(self.temp_dir),
+            "log": str(self.log_path),
+            "grace_s": 5.0,
+            "ports": [[HOST, self.gcs_port]],
+            "remove_if_owner_dies": [str(self.temp_dir)],
+        }
+        self._supervisor = subprocess.Popen(
+            [str(runtime.python), str(_GYM_SIDE / "supervisor.py"), json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=self.temp_dir,
+            env={**env, **self.env()},
+            start_new_session=True,
+        )
+        self.started_at = time.monotonic()
+        self._stopped = False
+        logger.info("Ray head for Gym stacks starting at %s (pid %d)", self.address, self._supervisor.pid)
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the head's GCS, for ``+ray_head_node_address``."""
+        return f"{HOST}:{self.gcs_port}"
+
+    @property
+    def pid(self) -> int:
+        """The supervisor's pid, which is also the head's session id."""
+        return self._supervisor.pid
+
+    def env(self) -> dict[str, str]:
+        """What a process needs in its environment to join this head."""
+        return {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": self.token,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # Ray's switch for single-machine clusters: with it off, every Ray process binds 127.0.0.1.
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        }
+
+    @property
+    def alive(self) -> bool:
+        return not self._stopped and self._supervisor.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """Stop every process of the head (graceful, then forced) and remove its folder. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._supervisor.stdin:
+            with contextlib.suppress(OSError):
+                self._supervisor.stdin.write(b"s")  # "stopping": we tidy up ourselves
+            with contextlib.suppress(OSError):
+                self._supervisor.stdin.close()  # EOF: the supervisor tears the session down
+        try:
+            self._supervisor.wait(timeout=_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            logger.warning("Ray head did not stop in %.0fs; killing it", _STOP_TIMEOUT)
+        survivors = kill_session(self._supervisor.pid, timeout=5.0)
+        if self._supervisor.poll() is None:
+            self._supervisor.kill()
+            self._supervisor.wait(timeout=5)
+        if survivors:
+            logger.error("Ray head: processes %s survived SIGKILL", survivors)
+        if self._ports is not None:
+            self._ports.release()
+            self._ports = None
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+# -- one head per (process, Gym runtime), refcounted by the stacks that use it ------------------------
+
+_lock = threading.Lock()
+_heads: dict[Path, tuple[RayHead, int]] = {}
+
+
+def acquire_ray_head(runtime: GymRuntime, env: dict[str, str]) -> RayHead:
+    """The process's Ray head for ``runtime``, started if there is none or it died; refcounted."""
+    with _lock:
+        head, count = _heads.get(runtime.prefix, (None, 0))
+        if head is not None and not head.alive:
+            logger.warning("Ray head at %s is gone; starting a new one. Its log:\n%s", head.address, head.log_tail())
+            _stop_quietly(head)
+            head, count = None, 0
+        if head is None:
+            head = RayHead(runtime, env)
+        _heads[runtime.prefix] = (head, count + 1)
+        return head
+
+
+def release_ray_head(head: RayHead) -> None:
+    """Drop one reference; the last one stops the head."""
+    with _lock:
+        entry = _heads.get(head.runtime.prefix)
+        if entry is not None and entry[0] is head:
+            count = entry[1] - 1
+            if count > 0:
+                _heads[head.runtime.prefix] = (head, count)
+                return
+            del _heads[head.runtime.prefix]
+    _stop_quietly(head)
+
+
+def stop_all_ray_heads() -> None:
+    """Stop every head of this process (at exit, after the stacks)."""
+    with _lock:
+        heads = [head for head, _ in _heads.values()]
+        _heads.clear()
+    for head in heads:
+        _stop_quietly(head)
+
+
+def _stop_quietly(head: RayHead) -> None:
+    try:
+        head.stop()
+    except Exception:
+        logger.exception("stopping the Ray head at %s failed", head.address)
