@@ -418,6 +418,7 @@ class GymStack:
     def _spawn(self, runtime: GymRuntime, ray_head: RayHead | None) -> _Launch:
         isolated = self._check_requirements(runtime)
         links = self._link_venvs(runtime, isolated)
+        sweep_run_dirs(cache_dir() / "runs")
         run_dir = cache_dir() / "runs" / f"{self.config.name}-{os.getpid()}-{secrets.token_hex(4)}"
         policy_dir = run_dir / "responses_api_models" / POLICY_IMPLEMENTATION
         policy_dir.mkdir(parents=True)
@@ -629,6 +630,42 @@ class GymStack:
                 listener(launch.generation, reason)
             except Exception:  # a listener's bug must not stop the others
                 logger.exception("stack death listener failed")
+
+
+KEEP_FAILED_RUNS_S = 24 * 3600
+
+
+def sweep_run_dirs(runs: Path, keep_seconds: float = KEEP_FAILED_RUNS_S) -> list[Path]:
+    """Remove run folders (``<name>-<pid>-<hex>``) whose owner process is gone and that are older than
+    ``keep_seconds``: the logs of a failed start stay a day for the error message that names them."""
+    removed = []
+    now = time.time()
+    try:
+        entries = list(runs.iterdir())
+    except OSError:
+        return removed
+    for path in entries:
+        parts = path.name.rsplit("-", 2)
+        if len(parts) != 3 or not parts[1].isdigit():
+            continue
+        try:
+            if now - path.stat().st_mtime < keep_seconds or _pid_alive(int(parts[1])):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _resolve(future: asyncio.Future[str], reason: str) -> None:

@@ -8,6 +8,7 @@ is dead at once, and the monitor strikes only a server that refuses connections,
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import threading
@@ -145,3 +146,22 @@ def test_monitor_marks_a_refusing_server_dead(stack: GymStack, tmp_path: Path) -
     stop.set()
     assert stack.is_dead(launch.generation)
     assert deaths == [(launch.generation, deaths[0][1])] and "tiny_agent" in deaths[0][1]
+
+
+def test_sweep_removes_old_run_folders_of_dead_owners_only(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    old, fresh, alive, foreign = (
+        tmp_path / f"env-{dead.pid}-aaaa",
+        tmp_path / f"env-{dead.pid}-bbbb",
+        tmp_path / f"env-{os.getpid()}-cccc",
+        tmp_path / "not-a-run",
+    )
+    for path in (old, fresh, alive, foreign):
+        (path / "logs").mkdir(parents=True)
+    day_ago = time.time() - _stack.KEEP_FAILED_RUNS_S - 60
+    for path in (old, alive, foreign):
+        os.utime(path, (day_ago, day_ago))
+
+    assert _stack.sweep_run_dirs(tmp_path) == [old]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (fresh, alive, foreign))
