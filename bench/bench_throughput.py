@@ -579,7 +579,7 @@ async def bench_env(
     biggest = max(biggest, 64)
     path = tmp / f"{env}.jsonl"
     generate_rows(env, path, biggest)
-    out: dict[str, Any] = {"throughput": [], "scaling": [], "memory": [], "latency_ms": {}}
+    out: dict[str, Any] = {"throughput": [], "throughput_slow": [], "scaling": [], "memory": [], "latency_ms": {}}
     figures.setdefault("envs", {})[env] = out
 
     stock = StockStack(env, instant.base_url, tmp / f"stock-{env}")
@@ -638,6 +638,32 @@ async def bench_env(
                  "ours_busy": ours.busy, "stock_busy": theirs.busy}
             )  # fmt: skip
             print(f"  c={c}: harness {ours.rate:.1f}/s, ng_collect_rollouts {theirs.rate:.1f}/s", flush=True)
+
+        # (1c) throughput against the slow upstream (a model's latency), alternating sides; the stock side
+        # needs a stack of its own, since openai_model's base URL is fixed when ng_run starts.
+        slow_concurrencies = [int(c) for c in args.slow_concurrency.split(",") if c] if first else []
+        if slow_concurrencies:
+            stock_slow = StockStack(env, slow.base_url, tmp / f"stock-slow-{env}")
+            try:
+                await asyncio.to_thread(stock_slow.start)
+                for row, c in enumerate(slow_concurrencies):
+                    n = max(24, c) if c < 8 else rollouts_for(c, args)
+                    results = {}
+                    for side in ("ours", "stock") if row % 2 == 0 else ("stock", "ours"):
+                        if side == "ours":
+                            results[side] = await harness_batch(harness, env, path, n, c, slow, upstream_pid)
+                        else:
+                            results[side] = await asyncio.to_thread(stock_slow.collect, path, n, c, upstream_pid)
+                    ours, theirs = results["ours"], results["stock"]
+                    out["throughput_slow"].append(
+                        {"concurrency": c, "rollouts": n, "ours": ours.rate, "stock": theirs.rate,
+                         "ours_errors": ours.n_errors, "stock_errors": theirs.n_errors,
+                         "ours_reward": ours.reward_mean, "stock_reward": theirs.reward_mean}
+                    )  # fmt: skip
+                    print(f"  {args.latency_ms} ms upstream, c={c}: harness {ours.rate:.1f}/s, "
+                          f"ng_collect_rollouts {theirs.rate:.1f}/s", flush=True)  # fmt: skip
+            finally:
+                await asyncio.to_thread(stock_slow.stop)
 
         # (6) scaling (harness), reusing the throughput rows' and memory rows' figures where measured
         # (at those concurrencies the stack is CPU-bound, so a 200 ms upstream does not change the rate).
@@ -703,6 +729,19 @@ def print_report(figures: dict[str, Any], args: argparse.Namespace) -> None:
                 cpu = r[f"{side}_cpu_ms"]
                 cells = "".join(f"{cpu.get(k, 0.0):>17.2f}" for k in kinds)
                 print(f"{r['concurrency']:>11} {label:<8}{cells}{sum(cpu.values()):>8.2f}")
+
+        if out["throughput_slow"]:
+            print(f"\n[1c] Throughput, {env}, {args.latency_ms} ms fake upstream (rollouts/s; sides alternate)")
+            print(f"{'concurrency':>11} {'rollouts':>8} | {'harness':>8} {'err':>4} | {'ng_collect':>10} {'err':>4} | "
+                  f"{'ratio':>6}  rewards")  # fmt: skip
+            for r in out["throughput_slow"]:
+                ratio = r["ours"] / r["stock"] if r["stock"] == r["stock"] and r["stock"] > 0 else float("nan")
+                r["ratio"] = ratio
+                print(
+                    f"{r['concurrency']:>11} {r['rollouts']:>8} | {r['ours']:>8.1f} {r['ours_errors']:>4} | "
+                    f"{r['stock']:>10.1f} {r['stock_errors']:>4} | {ratio:>5.2f}x  "
+                    f"{r['ours_reward']:.2f}/{r['stock_reward']:.2f}"
+                )
 
         lat = out["latency_ms"]
         if lat:
@@ -791,7 +830,10 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,64,256,1024", help="throughput rows (both sides)")
     parser.add_argument("--scaling-max", type=int, default=4096, help="harness sweep 1, 2, 4, ... up to this (0: off)")
     parser.add_argument("--memory", default="1000,4096", help="rollouts in flight for the memory rows ('' : off)")
-    parser.add_argument("--latency-ms", type=int, default=200, help="the slow upstream's latency (memory rows)")
+    parser.add_argument("--latency-ms", type=int, default=200, help="the slow upstream's latency (1c, memory rows)")
+    parser.add_argument(
+        "--slow-concurrency", default="1,64,256,1024", help="throughput rows against the slow upstream ('' : off)"
+    )
     parser.add_argument("--latency-samples", type=int, default=150, help="rollouts per mode at concurrency 1")
     parser.add_argument("--min-rollouts", type=int, default=200)
     parser.add_argument("--factor", type=int, default=1, help="rollouts per point = max(min, factor x c)")

@@ -41,7 +41,18 @@ STEPS = [
         "throughput",
         "bench_throughput.py",
         [],
-        ["--concurrency", "1,64", "--scaling-max", "64", "--memory", "256", "--latency-samples", "30"],
+        [
+            "--concurrency",
+            "1,64",
+            "--scaling-max",
+            "64",
+            "--memory",
+            "256",
+            "--latency-samples",
+            "30",
+            "--slow-concurrency",
+            "64",
+        ],
     ),
     Step(
         "proxy",
@@ -178,6 +189,18 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
                     f"{stock_cpu:.1f}",
                     f"{stock_cpu / ours_cpu:.2f}x" if ours_cpu else "",
                 )
+            slow = out.get("throughput_slow")
+            if slow:
+                t.section(f"rollout throughput, {env}, 200 ms upstream (rollouts/s; harness vs ng_collect_rollouts)")
+                for r in slow:
+                    ratio = r["ours"] / r["stock"] if r["stock"] > 0 else float("nan")
+                    errors = f"errors {r['ours_errors']}/{r['stock_errors']}"
+                    t.add(
+                        f"c={r['concurrency']} ({r['rollouts']} rollouts, {errors})",
+                        f"{r['ours']:.1f}",
+                        f"{r['stock']:.1f}",
+                        f"{ratio:.2f}x",
+                    )
             lat = out.get("latency_ms")
             if lat:
                 h, d, s = lat["harness"], lat["direct_ours"], lat["direct_stock"]
