@@ -49,10 +49,21 @@ class KeyRecordingPolicy(SynonymPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.authorizations: set[str] = set()
+        self.in_flight = 0
 
     async def _responses(self, request: web.Request) -> web.Response:
         self.authorizations.add(request.headers.get("Authorization", ""))
-        return await super()._responses(request)
+        self.in_flight += 1
+        try:
+            return await super()._responses(request)
+        finally:
+            self.in_flight -= 1
+
+    async def settled(self, timeout: float = 10.0) -> None:
+        """Wait until calls a killed client left behind have finished here (and been counted)."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
 
 @dataclass
@@ -65,10 +76,15 @@ class Watch:
     key_in_cmdline: dict[int, str] = field(default_factory=dict)
 
     def scan(self, marker: str, cli_pid: int, canary: bytes) -> None:
+        cli_command = cmdline_of(cli_pid)
         for pid in pids_with_env(marker):
             if pid == cli_pid:
                 continue  # the CLI itself holds the user's environment, key variable included
             command = cmdline_of(pid)
+            if command == cli_command:
+                # a child caught between fork and exec is still the CLI's image (its memory, its environment);
+                # it is checked on a later scan, once it runs what it was started for
+                continue
             self.processes.add(pid)
             if "ng_run" in command:
                 self.ports.update(int(p) for p in PORT_ARG.findall(command))
@@ -143,6 +159,7 @@ async def _run_round(r: Round, prompts: list[str]) -> Round:
         r.run_dir = metadata_path.parent
         records, r.truncated_tail = read_results(r.run_dir / "results.jsonl")
         r.saved_before_kill = len(records)
+        await policy.settled()  # a call the killed run had in flight still counts as that run's
         calls_before = sum(policy.first_calls.values())
 
         policy.delay = 0.05
