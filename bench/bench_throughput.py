@@ -203,6 +203,19 @@ class Batch:
         return self.reward_sum / ok if ok else float("nan")
 
 
+def pooled(batches: list[Batch]) -> Batch:
+    """Several runs of one side as one: rollouts, seconds, errors, rewards and CPU summed."""
+    total = Batch(0, 0.0)
+    for batch in batches:
+        total.rollouts += batch.rollouts
+        total.seconds += batch.seconds
+        total.errors.update(batch.errors)
+        total.reward_sum += batch.reward_sum
+        for kind, seconds in batch.cpu.items():
+            total.cpu[kind] = total.cpu.get(kind, 0.0) + seconds
+    return total
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -620,24 +633,28 @@ async def bench_env(
         lat = await latency_at_one(harness, stock, env, path, instant, args.latency_samples)
         out["latency_ms"] = {k: [v * 1000 for v in vs] for k, vs in lat.items()}
 
-        # (1) throughput, alternating sides.
+        # (1) throughput: ``--repeats`` runs per side, alternating sides and swapping which goes first.
         for row, c in enumerate(concurrencies):
             n = rollouts_for(c, args)
-            results: dict[str, Batch] = {}
-            for side in ("ours", "stock") if row % 2 == 0 else ("stock", "ours"):
-                if side == "ours":
-                    results[side] = await harness_batch(harness, env, path, n, c, instant, upstream_pid)
-                else:
-                    results[side] = await asyncio.to_thread(stock.collect, path, n, c, upstream_pid)
-            ours, theirs = results["ours"], results["stock"]
+            runs: dict[str, list[Batch]] = {"ours": [], "stock": []}
+            for repeat in range(args.repeats):
+                for side in ("ours", "stock") if (row + repeat) % 2 == 0 else ("stock", "ours"):
+                    if side == "ours":
+                        runs[side].append(await harness_batch(harness, env, path, n, c, instant, upstream_pid))
+                    else:
+                        runs[side].append(await asyncio.to_thread(stock.collect, path, n, c, upstream_pid))
+            ours, theirs = pooled(runs["ours"]), pooled(runs["stock"])
+            ratios = [a.rate / b.rate for a, b in zip(runs["ours"], runs["stock"], strict=True)]
             out["throughput"].append(
-                {"concurrency": c, "rollouts": n, "ours": ours.rate, "stock": theirs.rate,
+                {"concurrency": c, "rollouts": ours.rollouts, "ratio_runs": ratios,
+                 "ours": ours.rate, "stock": theirs.rate,
                  "ours_errors": ours.n_errors, "stock_errors": theirs.n_errors,
                  "ours_reward": ours.reward_mean, "stock_reward": theirs.reward_mean,
                  "ours_cpu_ms": ours.cpu_ms(), "stock_cpu_ms": theirs.cpu_ms(),
                  "ours_busy": ours.busy, "stock_busy": theirs.busy}
             )  # fmt: skip
-            print(f"  c={c}: harness {ours.rate:.1f}/s, ng_collect_rollouts {theirs.rate:.1f}/s", flush=True)
+            print(f"  c={c}: harness {ours.rate:.1f}/s, ng_collect_rollouts {theirs.rate:.1f}/s (ratio per run: "
+                  f"{', '.join(f'{r:.2f}' for r in ratios)})", flush=True)  # fmt: skip
 
         # (1c) throughput against the slow upstream (a model's latency), alternating sides; the stock side
         # needs a stack of its own, since openai_model's base URL is fixed when ng_run starts.
@@ -712,6 +729,10 @@ def print_report(figures: dict[str, Any], args: argparse.Namespace) -> None:
                 f"{r['ours_busy'] * 100:>4.0f}% | {r['stock']:>10.1f} {r['stock_errors']:>4} "
                 f"{r['stock_busy'] * 100:>4.0f}% | {ratio:>5.2f}x {r['cpu_ratio']:>8.2f}x  {verdict}"
             )
+        runs = "; ".join(
+            f"c={r['concurrency']}: " + ", ".join(f"{x:.2f}" for x in r["ratio_runs"]) for r in out["throughput"]
+        )
+        print(f"ratio of each run pair ({args.repeats} per row, pooled above): {runs}")
         rewards = {f"{r['ours_reward']:.2f}/{r['stock_reward']:.2f}" for r in out["throughput"]}
         print(
             "ratio: harness / ng_collect_rollouts rollouts/s. busy: CPU used by all the processes of that side "
@@ -836,6 +857,7 @@ def main() -> None:
     )
     parser.add_argument("--latency-samples", type=int, default=150, help="rollouts per mode at concurrency 1")
     parser.add_argument("--min-rollouts", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per side of each throughput row (pooled)")
     parser.add_argument("--factor", type=int, default=1, help="rollouts per point = max(min, factor x c)")
     parser.add_argument("--timeout", type=float, default=600.0, help="harness per-rollout timeout")
     parser.add_argument("--json", type=Path, help="also write the figures here (for run_all.py)")

@@ -52,6 +52,8 @@ STEPS = [
             "30",
             "--slow-concurrency",
             "64",
+            "--repeats",
+            "1",
         ],
     ),
     Step(
@@ -175,8 +177,9 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
                 ratio = r["ours"] / r["stock"] if r["stock"] > 0 else float("nan")
                 target = {64: 1.0, 1024: 0.9}.get(c)
                 ours_cpu, stock_cpu = sum(r["ours_cpu_ms"].values()), sum(r["stock_cpu_ms"].values())
+                runs = "/".join(f"{x:.2f}" for x in r.get("ratio_runs", []))
                 t.add(
-                    f"c={c} ({r['rollouts']} rollouts, errors {r['ours_errors']}/{r['stock_errors']})",
+                    f"c={c} ({r['rollouts']} rollouts, errors {r['ours_errors']}/{r['stock_errors']}; runs {runs})",
                     f"{r['ours']:.1f}",
                     f"{r['stock']:.1f}",
                     f"{ratio:.2f}x",
