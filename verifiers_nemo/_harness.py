@@ -82,6 +82,10 @@ class NeMoGymHarness:
 
     The stack and proxy start on first use and are shared (refcounted) with any other harness of the
     same environment in this process. Use as ``async with`` / ``with``, or call ``close()``.
+
+    Stacks join the process's one Ray head (``shared_ray=True``); pass ``shared_ray=False`` to let each
+    stack's ``ng_run`` start a Ray cluster of its own, or ``overrides=["+ray_head_node_address=HOST:PORT"]``
+    to join a cluster of yours.
     """
 
     def __init__(
@@ -97,6 +101,7 @@ class NeMoGymHarness:
         timeout: float = 600.0,
         start_timeout: float = 300.0,
         overrides: Sequence[str] = (),
+        shared_ray: bool = True,
     ) -> None:
         if taskset is not None and nemo_env is None:
             nemo_env = taskset.env_name
@@ -111,6 +116,7 @@ class NeMoGymHarness:
         self._max_steps = max_steps
         self._start_timeout = start_timeout
         self._extra_overrides = tuple(overrides)
+        self._shared_ray = shared_ray
         self._config_paths = tuple(Path(p) for p in config_paths) if config_paths else None
         self._proxy: RoutingProxy | None = None
         self._stack: GymStack | None = None
@@ -152,6 +158,7 @@ class NeMoGymHarness:
                     overrides=(*self._step_bound_overrides(config_paths), *self._extra_overrides),
                     gym_python=self._gym_python,
                     isolated_venvs=self._isolated_venvs,
+                    shared_ray=self._shared_ray,
                     start_timeout=self._start_timeout,
                 )
                 stack = acquire_stack(config)

@@ -200,3 +200,15 @@ def test_server_with_missing_requirements_names_them(gym_root: Path) -> None:
     with pytest.raises(MissingRequirementsError, match=r"(?s)tiktoken.*isolated_venvs=True"):
         stack.start()
     assert not stack.running
+
+
+def test_shared_ray_false_lets_ng_run_start_its_own_ray(gym_root: Path) -> None:
+    stack = GymStack(StackConfig("example_single_tool_call", (env_config(gym_root, "example_single_tool_call"),),
+                                 UNUSED_POLICY, shared_ray=False))  # fmt: skip
+    try:
+        info = stack.start()
+        assert stack._ray_head is None
+        assert "NeMo Gym is starting a new Ray cluster" in stack.log_path.read_text()
+        assert _get(info.server_urls["example_single_tool_call"] + "/") == 200
+    finally:
+        stack.stop()
