@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import random
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 from typing import Literal
+
+logger = logging.getLogger(__name__)
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -136,3 +140,25 @@ def reserve_ports(count: int, lock_dir: Path, host: str = "127.0.0.1") -> PortRe
         PortReservation(ports, locks).release()
         raise OSError(f"no {count} free ports in {low}-{high} on {host}")
     return PortReservation(ports, locks)
+
+
+def stop_supervised(supervisor: subprocess.Popen[bytes], label: str, timeout: float) -> None:
+    """Stop a process started under ``_gym_side/supervisor.py`` and everything of its session.
+
+    Tells it we stop it on purpose (one byte, so it leaves our files to us), closes its pipe (EOF: it tears
+    its session down), waits up to ``timeout``, then SIGKILLs whatever of the session is left."""
+    if supervisor.stdin:
+        with contextlib.suppress(OSError):
+            supervisor.stdin.write(b"s")
+        with contextlib.suppress(OSError):
+            supervisor.stdin.close()
+    try:
+        supervisor.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        logger.warning("%s did not stop in %.0fs; killing it", label, timeout)
+    survivors = kill_session(supervisor.pid, timeout=5.0)
+    if supervisor.poll() is None:
+        supervisor.kill()
+        supervisor.wait(timeout=5)
+    if survivors:
+        logger.error("%s: processes %s survived SIGKILL", label, survivors)

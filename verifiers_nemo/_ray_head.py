@@ -15,7 +15,6 @@ requires a random token that only this process's Gym processes get (Ray's token 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import secrets
@@ -26,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from ._procs import PortReservation, kill_session, reserve_ports
+from ._procs import PortReservation, reserve_ports, stop_supervised
 from ._runtime import GymRuntime, cache_dir
 
 logger = logging.getLogger(__name__)
@@ -115,21 +114,7 @@ class RayHead:
         if self._stopped:
             return
         self._stopped = True
-        if self._supervisor.stdin:
-            with contextlib.suppress(OSError):
-                self._supervisor.stdin.write(b"s")  # "stopping": we tidy up ourselves
-            with contextlib.suppress(OSError):
-                self._supervisor.stdin.close()  # EOF: the supervisor tears the session down
-        try:
-            self._supervisor.wait(timeout=_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            logger.warning("Ray head did not stop in %.0fs; killing it", _STOP_TIMEOUT)
-        survivors = kill_session(self._supervisor.pid, timeout=5.0)
-        if self._supervisor.poll() is None:
-            self._supervisor.kill()
-            self._supervisor.wait(timeout=5)
-        if survivors:
-            logger.error("Ray head: processes %s survived SIGKILL", survivors)
+        stop_supervised(self._supervisor, f"Ray head at {self.address}", _STOP_TIMEOUT)
         if self._ports is not None:
             self._ports.release()
             self._ports = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import hashlib
 import http.client
 import json
@@ -42,7 +41,7 @@ from ._gym_config import (
     requirements_beyond_nemo_gym,
     server_instances,
 )
-from ._procs import PortReservation, kill_session, port_accepts, port_state, reserve_ports, rss_bytes, session_pids
+from ._procs import PortReservation, port_accepts, port_state, reserve_ports, rss_bytes, session_pids, stop_supervised
 from ._ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
 from ._runtime import GymRuntime, cache_dir, find_gym_runtime
 
@@ -541,24 +540,9 @@ class GymStack:
             return
         launch.stopped = True
         self._signal_death(self._dead_reason or "the Gym stack was stopped")
-        sid = launch.supervisor.pid
-        if launch.supervisor.stdin:
-            with contextlib.suppress(OSError):
-                launch.supervisor.stdin.write(b"s")  # "stopping": we tidy up ourselves
-            with contextlib.suppress(OSError):
-                launch.supervisor.stdin.close()  # EOF: the supervisor tears the session down
-        try:
-            launch.supervisor.wait(timeout=self.config.stop_timeout)
-        except subprocess.TimeoutExpired:
-            logger.warning("Gym stack %s did not stop in %.0fs; killing it", self.config.name, self.config.stop_timeout)
-        survivors = kill_session(sid, timeout=5.0)
-        if launch.supervisor.poll() is None:
-            launch.supervisor.kill()
-            launch.supervisor.wait(timeout=5)
+        stop_supervised(launch.supervisor, f"Gym stack {self.config.name}", self.config.stop_timeout)
         if launch.ports is not None:
             launch.ports.release()
-        if survivors:
-            logger.error("Gym stack %s: processes %s survived SIGKILL", self.config.name, survivors)
         if not keep_run_dir and not self._dead.is_set():
             shutil.rmtree(launch.run_dir, ignore_errors=True)
         _registry_untrack(self)
