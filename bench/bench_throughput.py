@@ -633,30 +633,34 @@ async def bench_env(
         lat = await latency_at_one(harness, stock, env, path, instant, args.latency_samples)
         out["latency_ms"] = {k: [v * 1000 for v in vs] for k, vs in lat.items()}
 
-        # (1) throughput: ``--repeats`` runs per side, alternating sides and swapping which goes first.
-        for row, c in enumerate(concurrencies):
-            n = rollouts_for(c, args)
+        async def side_by_side(row: int, c: int, n: int, endpoint: Endpoint, other: StockStack, repeats: int):
+            """``repeats`` runs per side, alternating sides and swapping which goes first; pooled."""
             runs: dict[str, list[Batch]] = {"ours": [], "stock": []}
-            for repeat in range(args.repeats):
+            for repeat in range(repeats):
                 for side in ("ours", "stock") if (row + repeat) % 2 == 0 else ("stock", "ours"):
                     if side == "ours":
-                        runs[side].append(await harness_batch(harness, env, path, n, c, instant, upstream_pid))
+                        runs[side].append(await harness_batch(harness, env, path, n, c, endpoint, upstream_pid))
                     else:
-                        runs[side].append(await asyncio.to_thread(stock.collect, path, n, c, upstream_pid))
+                        runs[side].append(await asyncio.to_thread(other.collect, path, n, c, upstream_pid))
             ours, theirs = pooled(runs["ours"]), pooled(runs["stock"])
             ratios = [a.rate / b.rate for a, b in zip(runs["ours"], runs["stock"], strict=True)]
-            out["throughput"].append(
-                {"concurrency": c, "rollouts": ours.rollouts, "ratio_runs": ratios,
-                 "ours": ours.rate, "stock": theirs.rate,
-                 "ours_errors": ours.n_errors, "stock_errors": theirs.n_errors,
-                 "ours_reward": ours.reward_mean, "stock_reward": theirs.reward_mean,
-                 "ours_cpu_ms": ours.cpu_ms(), "stock_cpu_ms": theirs.cpu_ms(),
-                 "ours_busy": ours.busy, "stock_busy": theirs.busy}
-            )  # fmt: skip
-            print(f"  c={c}: harness {ours.rate:.1f}/s, ng_collect_rollouts {theirs.rate:.1f}/s (ratio per run: "
-                  f"{', '.join(f'{r:.2f}' for r in ratios)})", flush=True)  # fmt: skip
+            return ours, theirs, {
+                "concurrency": c, "rollouts": ours.rollouts, "ratio_runs": ratios,
+                "ours": ours.rate, "stock": theirs.rate,
+                "ours_errors": ours.n_errors, "stock_errors": theirs.n_errors,
+                "ours_reward": ours.reward_mean, "stock_reward": theirs.reward_mean,
+            }  # fmt: skip
 
-        # (1c) throughput against the slow upstream (a model's latency), alternating sides; the stock side
+        # (1) throughput: ``--repeats`` runs per side.
+        for row, c in enumerate(concurrencies):
+            ours, theirs, figures_row = await side_by_side(row, c, rollouts_for(c, args), instant, stock, args.repeats)
+            figures_row.update(ours_cpu_ms=ours.cpu_ms(), stock_cpu_ms=theirs.cpu_ms(), ours_busy=ours.busy,
+                               stock_busy=theirs.busy)  # fmt: skip
+            out["throughput"].append(figures_row)
+            print(f"  c={c}: harness {ours.rate:.1f}/s, ng_collect_rollouts {theirs.rate:.1f}/s (ratio per run: "
+                  f"{', '.join(f'{r:.2f}' for r in figures_row['ratio_runs'])})", flush=True)  # fmt: skip
+
+        # (1c) throughput against the slow upstream (a model's latency), one run per side; the stock side
         # needs a stack of its own, since openai_model's base URL is fixed when ng_run starts.
         slow_concurrencies = [int(c) for c in args.slow_concurrency.split(",") if c] if first else []
         if slow_concurrencies:
@@ -665,18 +669,8 @@ async def bench_env(
                 await asyncio.to_thread(stock_slow.start)
                 for row, c in enumerate(slow_concurrencies):
                     n = max(24, c) if c < 8 else rollouts_for(c, args)
-                    results = {}
-                    for side in ("ours", "stock") if row % 2 == 0 else ("stock", "ours"):
-                        if side == "ours":
-                            results[side] = await harness_batch(harness, env, path, n, c, slow, upstream_pid)
-                        else:
-                            results[side] = await asyncio.to_thread(stock_slow.collect, path, n, c, upstream_pid)
-                    ours, theirs = results["ours"], results["stock"]
-                    out["throughput_slow"].append(
-                        {"concurrency": c, "rollouts": n, "ours": ours.rate, "stock": theirs.rate,
-                         "ours_errors": ours.n_errors, "stock_errors": theirs.n_errors,
-                         "ours_reward": ours.reward_mean, "stock_reward": theirs.reward_mean}
-                    )  # fmt: skip
+                    ours, theirs, figures_row = await side_by_side(row, c, n, slow, stock_slow, 1)
+                    out["throughput_slow"].append(figures_row)
                     print(f"  {args.latency_ms} ms upstream, c={c}: harness {ours.rate:.1f}/s, "
                           f"ng_collect_rollouts {theirs.rate:.1f}/s", flush=True)  # fmt: skip
             finally:
