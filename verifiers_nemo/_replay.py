@@ -252,7 +252,7 @@ class ReplayUpstream:
             {
                 "id": f"resp_replay_{id(recording):x}_{done}",
                 "object": "response",
-                "created_at": time.time(),
+                "created_at": int(time.time()),
                 "model": body.get("model") or REPLAY_MODEL,
                 "status": "incomplete" if incomplete else "completed",
                 "incomplete_details": incomplete,

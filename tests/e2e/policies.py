@@ -123,3 +123,120 @@ async def counter_policy(body: dict[str, Any], request: web.Request) -> list[dic
 async def hang_forever(body: dict[str, Any], request: web.Request) -> Any:
     await asyncio.sleep(3600)
     return []
+
+
+# -- a policy that speaks both APIs ----------------------------------------------------------------
+
+Decision = tuple[str, str, dict[str, Any]]
+"""``("call", tool_name, arguments)`` or ``("say", text, {})``."""
+
+
+def synonym_policy(user: str, system: str, tool_outputs: list[str]) -> Decision:
+    """Deterministic and partly right on example_multi_step: look up the first synonym the system
+    prompt lists, extract just that value, then stop. Its set_overlap differs from row to row."""
+    if not tool_outputs:
+        synonym = re.search(r"has a synonym '([^']+)'", system)
+        return ("call", "get_synonym_value", {"synonym": synonym.group(1) if synonym else "none"})
+    if len(tool_outputs) == 1:
+        value = json.loads(tool_outputs[0]).get("synonym_value")
+        return ("call", "extract_synonym_values", {"synonym_values": [value]})
+    return ("say", "Done.", {})
+
+
+def _texts(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+class DualApiPolicy:
+    """A local server answering ``/v1/responses`` and ``/v1/chat/completions`` with ``decide``'s
+    choice, a function of the conversation, so any number of concurrent rollouts can share it.
+
+    ``calls`` records, per request, the API, the Authorization header and the user prompt it carried
+    (to tell which rollout a call belonged to)."""
+
+    def __init__(self, decide: Callable[[str, str, list[str]], Decision] = synonym_policy) -> None:
+        self.decide = decide
+        self.calls: list[dict[str, Any]] = []
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _record(self, api: str, request: web.Request, user: str) -> None:
+        self.calls.append({"api": api, "authorization": request.headers.get("Authorization", ""), "user": user})
+
+    async def _responses(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+        roles = {"user": [], "system": []}
+        for item in items:
+            role = item.get("role")
+            if role in ("system", "developer"):
+                roles["system"].append(_texts(item.get("content")))
+            elif role == "user":
+                roles["user"].append(_texts(item.get("content")))
+        outputs = [i["output"] for i in items if i.get("type") == "function_call_output"]
+        user, system = "\n".join(roles["user"]), "\n".join(roles["system"])
+        self._record("responses", request, user)
+        kind, what, arguments = self.decide(user, system, outputs)
+        item = function_call(what, arguments) if kind == "call" else message(what)
+        answer = response(body, [item])
+        answer["created_at"] = int(answer["created_at"])
+        return web.json_response(answer)
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        messages = body["messages"]
+        user = "\n".join(_texts(m.get("content")) for m in messages if m.get("role") == "user")
+        system = "\n".join(_texts(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+        outputs = [_texts(m.get("content")) for m in messages if m.get("role") == "tool"]
+        self._record("chat", request, user)
+        kind, what, arguments = self.decide(user, system, outputs)
+        if kind == "call":
+            reply = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{uuid.uuid4().hex[:12]}",
+                        "type": "function",
+                        "function": {"name": what, "arguments": json.dumps(arguments)},
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        else:
+            reply, finish = {"role": "assistant", "content": what}, "stop"
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": reply, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def __aenter__(self) -> DualApiPolicy:
+        app = web.Application()
+        app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -1,0 +1,297 @@
+"""The real `verifiers` loads `nemo-gym-env` as a v1 environment and runs it on the real Gym stack.
+
+Everything here runs in `.venv-vf` (verifiers 0.4.0, openai >= 2.54, no nemo-gym: the user's own venv);
+the Gym runtime is `.venv`'s interpreter, named by VERIFIERS_NEMO_GYM_PYTHON. The policy is a local
+server on 127.0.0.1 (the replay server, or a scripted policy speaking both APIs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.policies import DualApiPolicy
+from verifiers_nemo._replay import ReplayUpstream, replay_tasks
+from verifiers_nemo._taskset import NeMoGymTaskset
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+VF_PYTHON = ROOT / ".venv-vf" / "bin" / "python"
+RUN_LIMIT_S = 300  # a cold stack start, vf-eval's 7-10 s import and a busy machine fit well inside
+
+
+@pytest.fixture(scope="module")
+def vf_python() -> Path:
+    if not VF_PYTHON.exists():
+        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup` builds the verifiers venv these tests run in")
+    return VF_PYTHON
+
+
+def _environ(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        VERIFIERS_NEMO_GYM_PYTHON=sys.executable,  # .venv's: the Gym runtime lives apart from verifiers
+        POLICY_KEY="sk-policy-test",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("VIRTUAL_ENV", None)
+    env.update(extra or {})
+    return env
+
+
+async def _run(argv: list[str], tmp_path: Path, extra_env: dict[str, str] | None = None) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=tmp_path,
+        env=_environ(extra_env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), RUN_LIMIT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        pytest.fail(f"{argv[:3]} did not finish within {RUN_LIMIT_S}s")
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+async def vf_eval(
+    vf_python: Path, tmp_path: Path, base_url: str, *args: str, extra_env: dict[str, str] | None = None
+) -> tuple[int, str, list[dict]]:
+    """Run `vf-eval nemo-gym-env` as a user would; return its exit code, output and episodes."""
+    out_dir = tmp_path / "vf-out"
+    argv = [
+        str(vf_python.parent / "vf-eval"),
+        "nemo-gym-env",
+        "--no-push",
+        "-m",
+        "m",
+        "--client.base-url",
+        base_url,
+        "--client.api-key-var",
+        "POLICY_KEY",
+        "-o",
+        str(out_dir),
+        *args,
+    ]
+    code, output = await _run(argv, tmp_path, extra_env)
+    episodes = [json.loads(line) for path in out_dir.glob("*/traces.jsonl") for line in path.open()]
+    return code, output, episodes
+
+
+def _traces(episodes: list[dict]) -> list[dict]:
+    return [trace for episode in episodes for trace in episode["traces"]]
+
+
+def _reward(trace: dict) -> float | None:
+    reward = (trace.get("rewards") or {}).get("nemo_gym")
+    return reward["value"] if isinstance(reward, dict) else reward
+
+
+# -- replay through verifiers ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nemo_env", ["example_single_tool_call", "example_multi_step"])
+async def test_vf_eval_replay_reproduces_recorded_rewards(vf_python: Path, tmp_path: Path, nemo_env: str) -> None:
+    recorded = replay_tasks(NeMoGymTaskset(nemo_env, recorded=True))
+    with ReplayUpstream.from_tasks(recorded) as replay:
+        code, output, episodes = await vf_eval(
+            vf_python,
+            tmp_path,
+            f"{replay.url}/v1",
+            "--env.taskset.nemo-env",
+            nemo_env,
+            "--env.taskset.recorded",
+            "true",
+            "-c",
+            "8",
+        )
+    assert code == 0, output[-3000:]
+    traces = _traces(episodes)
+    assert len(traces) == len(recorded)
+    by_row = {t["task"]["data"]["recorded_row"]: t for t in traces}
+    for row, task in enumerate(recorded):
+        trace = by_row[row]
+        assert trace["ok"], trace["errors"]
+        assert _reward(trace) == pytest.approx(float(task.recorded_reward)), f"row {row}"
+        assert trace["calls"], "verifiers' interception recorded no model call"
+
+
+# -- the same tasks through verifiers and through our own CLI ----------------------------------------
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_vf_eval_matches_our_cli_and_records_every_call(vf_python: Path, tmp_path: Path, api: str) -> None:
+    async with DualApiPolicy() as policy:
+        code, output, episodes = await vf_eval(
+            vf_python,
+            tmp_path,
+            policy.base_url,
+            "--env.taskset.nemo-env",
+            "example_multi_step",
+            "--env.agent.harness.api",
+            api,
+            "-n",
+            "5",
+            "-r",
+            "2",
+            "-c",
+            "8",
+        )
+        assert code == 0, output[-3000:]
+        vf_calls = list(policy.calls)
+
+        ours_dir = tmp_path / "ours"
+        code, ours_output = await _run(
+            [
+                str(Path(sys.executable).parent / "verifiers-nemo"),
+                "eval",
+                "example_multi_step",
+                "-b",
+                policy.base_url,
+                "-m",
+                "m",
+                "-k",
+                "POLICY_KEY",
+                "--api",
+                api,
+                "-n",
+                "5",
+                "-r",
+                "2",
+                "-c",
+                "8",
+                "-o",
+                str(ours_dir),
+            ],
+            tmp_path,
+        )
+        assert code == 0, ours_output[-3000:]
+
+    traces = _traces(episodes)
+    assert len(traces) == 10
+    assert all(t["ok"] for t in traces), [t["errors"] for t in traces if not t["ok"]]
+    ours = [json.loads(line) for path in ours_dir.glob("*/results.jsonl") for line in path.open()]
+    assert len(ours) == 10 and all(r["error"] is None for r in ours)
+
+    def by_example(rows: list[tuple[str, float, dict[str, float]]]) -> dict[str, set]:
+        out: dict[str, set] = {}
+        for example, reward, metrics in rows:
+            out.setdefault(example, set()).add((reward, tuple(sorted(metrics.items()))))
+        return out
+
+    gym_metrics = ("set_overlap", "accuracy", "original_term_minefield_hit")
+    vf_rows = [(t["task"]["data"]["id"], _reward(t), {k: t["metrics"][k] for k in gym_metrics}) for t in traces]
+    our_rows = [(str(r["example_id"]), r["reward"], {k: float(r["metrics"][k]) for k in gym_metrics}) for r in ours]
+    assert by_example(vf_rows) == by_example(our_rows)
+    assert len({m["set_overlap"] for _, _, m in vf_rows}) > 1, "the policy should score differently per task"
+
+    # Every call of the Gym agent went through verifiers' interception, under this rollout's trace,
+    # carrying this rollout's task (no cross-routing), with the real key swapped in by verifiers.
+    assert len(vf_calls) == 30 and {c["api"] for c in vf_calls} == {api}
+    assert {c["authorization"] for c in vf_calls} == {"Bearer sk-policy-test"}
+    for trace in traces:
+        assert len(trace["calls"]) == 3, trace["calls"]
+        assert trace["info"]["nemo_gym"]["policy_calls"] == 3
+        prompt = trace["task"]["data"]["prompt"]
+        user = next(m["content"] for m in prompt if m["role"] == "user")
+        for call in trace["calls"]:
+            assert user in json.dumps(call), "a call recorded under another rollout's trace"
+
+
+# -- prime-rl's path: verifiers' env server ------------------------------------------------------------
+
+_ENV_SERVER_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    import verifiers.v1 as vf
+    from verifiers.v1.serve.server import EnvServer
+    from verifiers.v1.serve.client import EnvClient
+
+    async def main(base_url):
+        config = vf.resolve_env_config(
+            {"taskset": {"id": "nemo-gym-env", "nemo_env": "example_multi_step", "limit": 3},
+             "agent": {"harness": {"id": "nemo-gym-env", "api": "chat"}}}
+        )
+        server = EnvServer(config, address="tcp://127.0.0.1:0")
+        serving = asyncio.create_task(server.run())
+        client = EnvClient(server.address)
+        await client.wait_for_server_startup()
+        tasks = list(vf.load_taskset(config.taskset))
+        client_config = vf.EvalClientConfig(base_url=base_url, api_key_var="POLICY_KEY")
+        episodes = await asyncio.gather(*(
+            client.run(client_config, "m", vf.SamplingConfig(), t.data.model_dump(mode="json")) for t in tasks
+        ))
+        for episode in episodes:
+            trace = episode.traces[0]
+            print(json.dumps({"ok": trace.ok, "reward": trace.rewards["nemo_gym"].value,
+                              "calls": len(trace.calls), "errors": [e.message for e in trace.errors]}))
+        await client.close()
+        serving.cancel()
+        try:
+            await serving
+        except asyncio.CancelledError:
+            pass
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+async def test_verifiers_env_server_serves_the_environment_over_chat(vf_python: Path, tmp_path: Path) -> None:
+    async with DualApiPolicy() as policy:
+        code, output = await _run([str(vf_python), "-c", _ENV_SERVER_SCRIPT, policy.base_url], tmp_path)
+        calls = list(policy.calls)
+    assert code == 0, output[-3000:]
+    results = [json.loads(line) for line in output.splitlines() if line.startswith('{"ok"')]
+    assert len(results) == 3, output[-3000:]
+    assert all(r["ok"] and r["calls"] == 3 and r["reward"] is not None for r in results), results
+    assert {c["api"] for c in calls} == {"chat"}
+
+
+# -- bad input through verifiers ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "environ", "expected"),
+    [
+        (["--env.taskset.nemo-env", "example_multi_stpe"], {}, "example_multi_step"),
+        (["--env.taskset.nemo-env", "equivalence_llm_judge"], {}, "judge"),
+        (
+            ["--env.taskset.nemo-env", "example_multi_step"],
+            {"VERIFIERS_NEMO_GYM_PYTHON": "/nonexistent/python3"},
+            "/nonexistent/python3",
+        ),
+    ],
+    ids=["unknown-env", "judge-env", "missing-gym-runtime"],
+)
+async def test_vf_eval_bad_input_fails_with_one_clear_error(
+    vf_python: Path, tmp_path: Path, args: list[str], environ: dict[str, str], expected: str
+) -> None:
+    code, output, episodes = await vf_eval(vf_python, tmp_path, "http://127.0.0.1:9/v1", *args, extra_env=environ)
+    assert code != 0
+    assert expected in output, output[-3000:]
+    assert not any(t["ok"] for t in _traces(episodes))
+
+
+def test_auto_api_is_chat_under_a_training_client(vf_python: Path) -> None:
+    script = (
+        "import verifiers.v1 as vf; from verifiers_nemo._verifiers_env import resolve_api;"
+        "train = vf.ModelContext(model='m', client=vf.TrainClientConfig());"
+        "ev = vf.ModelContext(model='m', client=vf.EvalClientConfig());"
+        "print(resolve_api('auto', train), resolve_api('auto', ev), resolve_api('responses', train))"
+    )
+    import subprocess
+
+    out = subprocess.run([str(vf_python), "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["chat", "responses", "responses"]

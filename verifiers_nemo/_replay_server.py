@@ -1,0 +1,66 @@
+"""``verifiers-nemo replay-server ENV``: the replay policy as a standalone OpenAI-compatible server.
+
+A GPU-free smoke test of a whole verifiers chain (``vf-eval`` → our harness → the real Gym stack →
+verifiers' interception → this server): point ``--client.base-url`` at the printed URL and run the
+taskset with ``recorded=true``. Each rollout names its recorded row in a header that verifiers'
+interception forwards (it forwards ``X-`` headers), so rows whose inputs repeat are told apart.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from ._replay import REPLAY_MODEL, ReplayUpstream, replay_tasks
+from ._taskset import NeMoGymTaskset
+
+
+def replay_upstream(nemo_env: str | None, *, jsonl_path: str | Path | None = None, gym_python: str | None = None):
+    """A (not yet started) replay server for the recorded rollouts of ``nemo_env`` (or a file)."""
+    from ._runtime import gym_root
+
+    root = gym_root(gym_python) if nemo_env else None
+    taskset = NeMoGymTaskset(nemo_env, jsonl_path=jsonl_path, recorded=True, root=root)
+    return ReplayUpstream.from_tasks(replay_tasks(taskset))
+
+
+def serve_forever(upstream: ReplayUpstream, *, port_file: str | None = None) -> int:
+    """Serve until SIGINT/SIGTERM; print the base URL (and write it to ``port_file``)."""
+    stopped = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        upstream.start()
+        base_url = f"{upstream.url}/v1"
+        print(f"Replaying {len(upstream.recordings)} recorded rollouts at {base_url} (model {REPLAY_MODEL!r})")
+        print(
+            f"  vf-eval nemo-gym-env --client.base-url {base_url} --env.taskset.recorded true "
+            "--env.taskset.nemo-env ENV ...",
+            flush=True,
+        )
+        if port_file:
+            Path(port_file).write_text(base_url)
+        stopped.wait()
+    finally:
+        upstream.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised through the CLI
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="verifiers-nemo replay-server", description=__doc__.splitlines()[0])
+    parser.add_argument("env", nargs="?", help="packaged Gym environment")
+    parser.add_argument("--jsonl-path", help="recorded rollouts file instead of the packaged ones")
+    parser.add_argument("--port-file", help="also write the base URL to this file")
+    args = parser.parse_args(argv)
+    if not args.env and not args.jsonl_path:
+        parser.error("name an environment or pass --jsonl-path")
+    return serve_forever(replay_upstream(args.env, jsonl_path=args.jsonl_path), port_file=args.port_file)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""The verifiers v1 environment: a Taskset, a Harness and an Env over the real Gym stack.
+
+``vf-eval nemo-gym-env`` and prime-rl's env server import the ``nemo_gym_env`` package, which exports
+the three classes defined here. They are thin: the work is done by ``NeMoGymTaskset`` (rows) and
+``NeMoGymHarness`` (rollouts through the persistent Gym stack and the routing proxy).
+
+* ``GymTaskset.load()`` reads the packaged (or any) JSONL without the stack: verifiers loads tasks
+  before ``Env.start()``.
+* ``GymHarness.launch()`` runs one rollout in-process. Every policy call the Gym agent makes goes
+  through the endpoint and per-rollout secret verifiers hands it (its interception server records
+  them into the trace); Gym's reward and numeric fields land on ``trace.info["nemo_gym"]``, where
+  ``GymTask``'s ``@vf.reward`` / ``@vf.metric`` read them. A failed rollout returns a non-zero
+  ``ProgramResult`` (verifiers raises a ``HarnessError``): never a reward of 0.
+* ``GymEnv`` defaults its agent to the local subprocess runtime and owns the stack: ``start()``
+  brings it up once per process, ``stop()`` releases it.
+
+Importing this module imports ``verifiers`` (seconds): only the environment package does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import threading
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import verifiers.v1 as vf
+from pydantic import Field, TypeAdapter, ValidationError
+
+from ._endpoint import Endpoint
+from ._errors import ConfigurationError
+from ._harness import DEFAULT_MAX_STEPS, NeMoGymHarness
+from ._replay import ROW_HEADER, replay_tasks
+from ._result import RolloutResult
+from ._taskset import NeMoGymTaskset, Task
+
+# Only the ``verifiers.v1`` logger tree reaches vf-eval's log.
+logger = logging.getLogger("verifiers.v1.nemo_gym_env")
+
+INFO_KEY = "nemo_gym"
+"""Where a rollout's Gym outcome lives on ``trace.info``."""
+
+
+class GymTaskConfig(vf.TaskConfig):
+    """Per-task knobs (none yet beyond verifiers' own)."""
+
+
+class GymTasksetConfig(vf.TasksetConfig):
+    """``--env.taskset.*``: which Gym environment and rows."""
+
+    nemo_env: str = "example_multi_step"
+    """The packaged NeMo Gym environment (``verifiers-nemo envs`` lists them)."""
+    dataset: str | None = None
+    """Another dataset of the environment, by name or type (default: its example dataset)."""
+    jsonl_path: Path | None = None
+    """Any JSONL file of Gym rows instead of the packaged data."""
+    recorded: bool = False
+    """Use the recorded rollouts (``example_rollouts.jsonl``): with ``verifiers-nemo replay-server``
+    as the model, a GPU-free check of the whole chain that must reproduce the recorded rewards."""
+    limit: int | None = Field(None, ge=1)
+    """Read at most this many rows (verifiers' ``-n`` also bounds the run)."""
+    shuffle: bool = False
+    seed: int = 0
+    gym_python: str | None = None
+    """The interpreter with nemo-gym (default: this one if it has nemo-gym, else
+    ``VERIFIERS_NEMO_GYM_PYTHON``, else a managed venv built once with uv)."""
+    task: GymTaskConfig = GymTaskConfig()
+
+
+class GymTaskData(vf.TaskData):
+    """One Gym row: sent unchanged to the Gym agent's ``/run``."""
+
+    row: dict[str, Any]
+    nemo_env: str | None = None
+    agent: str | None = None
+    """The Gym agent instance that runs the row."""
+    source: str = ""
+    """``file:line`` the row came from."""
+    recorded_row: int | None = None
+    """Position of a recorded rollout in its file (names the row to the replay server)."""
+    recorded_reward: float | None = None
+
+
+class GymTask(vf.Task[GymTaskData, vf.State, GymTaskConfig]):
+    """A Gym task: scored by the Gym resources server's own ``/verify`` (run by the Gym agent)."""
+
+    @vf.reward(weight=1.0)
+    async def nemo_gym(self, trace: vf.Trace) -> float:
+        """Gym's reward for this rollout."""
+        outcome = trace.info.get(INFO_KEY) or {}
+        reward = outcome.get("reward")
+        if reward is None:
+            error = outcome.get("error") or {"type": "missing", "message": "the harness recorded no Gym outcome"}
+            raise RuntimeError(f"no Gym reward: {error['type']}: {error['message']}")
+        return float(reward)
+
+    @vf.metric
+    async def nemo_gym_metrics(self, trace: vf.Trace) -> dict[str, float]:
+        """Every numeric field of Gym's ``/verify`` answer (other than the reward)."""
+        outcome = trace.info.get(INFO_KEY) or {}
+        return dict(outcome.get("metrics") or {})
+
+
+class GymTaskset(vf.Taskset[GymTask, GymTasksetConfig]):
+    """Rows of a packaged NeMo Gym environment (or any JSONL) as verifiers tasks."""
+
+    def load(self) -> list[GymTask]:
+        config = self.config
+        tasks = _load_gym_tasks(config)
+        if config.shuffle:
+            random.Random(config.seed).shuffle(tasks)
+        return [GymTask(_task_data(task, config), config.task) for task in tasks]
+
+
+def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
+    from ._runtime import gym_root
+
+    root = None if config.jsonl_path is not None and not config.nemo_env else gym_root(config.gym_python)
+    taskset = NeMoGymTaskset(
+        config.nemo_env or None,
+        dataset=config.dataset,
+        jsonl_path=config.jsonl_path,
+        recorded=config.recorded,
+        limit=config.limit,
+        root=root,
+    )
+    return replay_tasks(taskset) if config.recorded else list(taskset)
+
+
+def _task_data(task: Task, config: GymTasksetConfig) -> GymTaskData:
+    recorded_reward = task.recorded_reward
+    return GymTaskData(
+        id=str(task.example_id),
+        name=f"{task.env or Path(task.source).stem}:{task.example_id}",
+        prompt=_prompt_messages(task.prompt),
+        row=task.row,
+        nemo_env=task.env,
+        agent=task.agent_name,
+        source=task.source,
+        recorded_row=task.task_index if config.recorded else None,
+        recorded_reward=float(recorded_reward) if isinstance(recorded_reward, int | float) else None,
+    )
+
+
+def _prompt_messages(messages: list[dict[str, Any]]) -> list[Any]:
+    """The row's input as verifiers messages (for display and traces; Gym gets the row itself).
+    Content verifiers cannot type (e.g. a file part) is shown as text."""
+    try:
+        return _MESSAGES.validate_python(messages)
+    except ValidationError:
+        return [{"role": m.get("role", "user"), "content": _as_text(m.get("content"))} for m in messages]
+
+
+def _as_text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content or "")
+
+
+_MESSAGES: TypeAdapter[list[Any]] = TypeAdapter(vf.Messages)
+
+
+ApiChoice = Literal["auto", "responses", "chat"]
+
+
+class GymHarnessConfig(vf.HarnessConfig):
+    """``--env.agent.harness.*``: how rollouts reach the model."""
+
+    api: ApiChoice = "auto"
+    """What the Gym agent's calls are sent to verifiers as: ``responses`` (passthrough), ``chat``
+    (converted), or ``auto``: ``chat`` under a training client (prime-rl speaks chat only), else
+    ``responses``."""
+    timeout: float = Field(600.0, gt=0)
+    """Seconds one rollout may take (Gym agent, tools, ``/verify``)."""
+    max_steps: int | None = Field(DEFAULT_MAX_STEPS, ge=1)
+    """Model calls per rollout for Gym agents that set no bound (``--env.agent.max-turns`` wins)."""
+    isolated_venvs: bool = False
+    """Give each Gym server its own venv with its requirements (slow first start)."""
+
+
+class GymHarness(vf.Harness[GymHarnessConfig]):
+    """Runs a Gym task through the process's persistent Gym stack, in-process.
+
+    The Gym agent's policy calls go through our routing proxy to the endpoint verifiers hands this
+    rollout (its interception server), with the rollout's own secret."""
+
+    APPENDS_SYSTEM_PROMPT: ClassVar[bool] = True
+    EXECUTES_CODE: ClassVar[bool] = False
+    NEEDS_CONTAINER: ClassVar[bool] = False
+
+    async def launch(
+        self,
+        ctx: vf.ModelContext,
+        trace: vf.Trace,
+        runtime: vf.Runtime,
+        endpoint: str,
+        secret: str,
+        mcp_urls: dict[str, str],
+        data: vf.TaskData,
+        **_: Any,
+    ) -> vf.ProgramResult:
+        if not isinstance(data, GymTaskData):
+            data = GymTaskData.model_validate(data.model_dump())
+        harness = await _shared_harness(data.nemo_env, self.config, gym_python=None)
+        result = await harness.rollout(_gym_task(data), self._endpoint(ctx, endpoint, secret, data))
+        trace.info[INFO_KEY] = _outcome(result)
+        if result.error is not None:
+            return vf.ProgramResult(exit_code=1, stdout="", stderr=f"{result.error.type}: {result.error.message}")
+        return vf.ProgramResult(exit_code=0, stdout="", stderr="")
+
+    def _endpoint(self, ctx: vf.ModelContext, endpoint: str, secret: str, data: GymTaskData) -> Endpoint:
+        base_url = endpoint.rstrip("/")
+        if not base_url.endswith("/v1"):
+            base_url += "/v1"
+        headers = {ROW_HEADER: str(data.recorded_row)} if data.recorded_row is not None else {}
+        return Endpoint(
+            base_url=base_url,
+            model=ctx.model,
+            api_key=secret,
+            api=resolve_api(self.config.api, ctx),
+            extra_headers=headers,
+            name=f"verifiers:{ctx.model}",
+        )
+
+
+def resolve_api(choice: ApiChoice, ctx: Any) -> Literal["responses", "chat"]:
+    """``auto`` is ``chat`` under a training client (prime-rl's speaks chat only), else ``responses``."""
+    if choice != "auto":
+        return choice
+    return "chat" if isinstance(getattr(ctx, "client", None), vf.TrainClientConfig) else "responses"
+
+
+def _gym_task(data: GymTaskData) -> Task:
+    return Task(
+        task_index=data.idx or 0,
+        rollout_index=0,
+        row=data.row,
+        agent_name=data.agent,
+        env=data.nemo_env,
+        example_id=data.id or str(data.idx),
+        source=data.source,
+        recorded=data.recorded_row is not None,
+    )
+
+
+def _outcome(result: RolloutResult) -> dict[str, Any]:
+    return {
+        "reward": result.reward,
+        "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, int | float) and math.isfinite(v)},
+        "error": result.error.to_dict() if result.error is not None else None,
+        "env": result.env,
+        "agent": result.agent,
+        "policy_calls": len(result.trace),
+        "timing": result.timing,
+    }
+
+
+class GymEnvConfig(vf.EnvConfig):
+    """The environment's config: one ``agent`` seat, run in-process (local subprocess runtime)."""
+
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+
+
+class GymEnv(vf.Env[GymEnvConfig]):
+    """The single-agent env over Gym tasks; owns the persistent Gym stack (``start``/``stop``)."""
+
+    async def run(self, task: vf.Task, agents: vf.Agents) -> None:
+        await agents.agent.run(task)
+
+    async def start(self) -> None:
+        taskset = self.taskset
+        if not isinstance(taskset, GymTaskset):
+            return
+        harness = self._harnesses.get("agent")
+        config = harness.config if isinstance(harness, GymHarness) else GymHarnessConfig()
+        max_turns = self.config.agent.max_turns
+        if max_turns is not None:
+            # verifiers' interception refuses calls past max_turns, so the Gym agent would never
+            # reach /verify: bound Gym's own steps instead.
+            config = config.model_copy(update={"max_steps": max_turns})
+        self._gym = await _shared_harness(
+            taskset.config.nemo_env or None, config, gym_python=taskset.config.gym_python, start=True
+        )
+
+    async def stop(self) -> None:
+        gym = getattr(self, "_gym", None)
+        if gym is not None:
+            self._gym = None
+            await _release_harness(gym)
+
+
+# -- one NeMoGymHarness per (environment, options) in this process --------------------------------
+
+_registry_lock = threading.Lock()
+_registry: dict[str | None, tuple[NeMoGymHarness, int]] = {}
+
+
+async def _shared_harness(
+    nemo_env: str | None, config: GymHarnessConfig, *, gym_python: str | None, start: bool = False
+) -> NeMoGymHarness:
+    """The process's harness for ``nemo_env``: the one ``GymEnv.start`` configured, else a default
+    one (a harness paired with another env). ``start=True`` takes a reference and starts the stack."""
+    if nemo_env is None:
+        raise ConfigurationError("a Gym task without nemo_env needs the nemo-gym-env environment's taskset")
+    with _registry_lock:
+        entry = _registry.get(nemo_env)
+        if entry is None:
+            harness = NeMoGymHarness(
+                nemo_env,
+                gym_python=gym_python,
+                isolated_venvs=config.isolated_venvs,
+                max_steps=config.max_steps,
+                timeout=config.timeout,
+            )
+            entry = (harness, 0)
+        harness, refs = entry
+        _registry[nemo_env] = (harness, refs + 1 if start else refs)
+    if start:
+        await harness.astart()
+    return harness
+
+
+async def _release_harness(harness: NeMoGymHarness) -> None:
+    with _registry_lock:
+        for name, (candidate, refs) in list(_registry.items()):
+            if candidate is harness:
+                if refs > 1:
+                    _registry[name] = (candidate, refs - 1)
+                    return
+                del _registry[name]
+    await asyncio.shield(harness.aclose())
+
+
+__all__ = ["GymEnv", "GymEnvConfig", "GymHarness", "GymHarnessConfig", "GymTask", "GymTaskData", "GymTaskset"]
