@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import verifiers.v1 as vf
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from ._endpoint import Endpoint
 from ._errors import ConfigurationError
@@ -68,6 +68,32 @@ class GymTasksetConfig(vf.TasksetConfig):
     """The interpreter with nemo-gym (default: this one if it has nemo-gym, else
     ``VERIFIERS_NEMO_GYM_PYTHON``, else a managed venv built once with uv)."""
     task: GymTaskConfig = GymTaskConfig()
+
+    @model_validator(mode="after")
+    def _check_environment(self) -> GymTasksetConfig:
+        """Refuse what cannot run while verifiers is still reading its config: nothing has started."""
+        if self.nemo_env:
+            check_environment(self.nemo_env, self.gym_python)
+        return self
+
+
+def check_environment(nemo_env: str, gym_python: str | None) -> None:
+    """Raise ``ValueError`` (what pydantic reports as a config error) naming the problem and the fix:
+    no Gym runtime, an unknown environment (with close names), one that scores with a judge model."""
+    from ._catalogue import get_environment
+    from ._errors import VerifiersNemoError
+    from ._runtime import gym_root
+
+    try:
+        env = get_environment(nemo_env, gym_root(gym_python))
+    except VerifiersNemoError as exc:
+        raise ValueError(str(exc)) from None
+    if env.needs_judge:
+        raise ValueError(
+            f"NeMo Gym environment {nemo_env!r} scores with a judge model ({', '.join(env.judge_models)}); "
+            "judge endpoints are not supported yet, so its rollouts would fail. Pick one without a judge: "
+            "`verifiers-nemo envs --runnable`."
+        )
 
 
 class GymTaskData(vf.TaskData):
