@@ -33,6 +33,12 @@ class Endpoint:
     the upstream speaks: ``responses`` passes Gym's Responses requests through, ``chat`` converts
     them to and from Chat Completions. ``sampling_args`` are defaults merged under each request's own.
     The API key is never shown by ``repr`` and never sent to Gym processes.
+
+    ``return_tokens=True`` asks a vLLM server for what a trainer needs, whichever ``api``: prompt and
+    completion token IDs and per-token logprobs, recorded on every ``PolicyCall`` (with ``api="chat"``
+    it adds ``logprobs``/``return_token_ids``; with ``api="responses"`` ``enable_response_messages``
+    and the output-logprobs ``include``). The sampling arg ``{"return_tokens": true}`` does the same
+    per rollout. Those are vLLM request fields: servers without them may refuse the request.
     """
 
     base_url: str
@@ -43,6 +49,7 @@ class Endpoint:
     extra_headers: dict[str, str] = field(default_factory=dict, repr=False)
     extra_body: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
+    return_tokens: bool = False
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)

@@ -573,6 +573,7 @@ class RoutingProxy:
                 completion_token_ids=reply.completion_token_ids,
                 completion_logprobs=reply.completion_logprobs,
                 context_overflow=reply.context_overflow,
+                finish_reason=reply.finish_reason,
             )
         )
         return web.Response(body=response_json, content_type=_JSON)

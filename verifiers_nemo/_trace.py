@@ -20,7 +20,12 @@ class PolicyCall:
     failed). Both are kept as the JSON bytes that went over the wire (compact, and invisible to
     the garbage collector while thousands of rollouts run) and decoded on first access.
     ``status`` is the HTTP status the agent got; ``upstream_status`` the upstream's last one.
-    Token data is present only when the upstream returned it (vLLM-style extensions).
+
+    Token data has one shape whichever API answered, and is present only when the upstream returned
+    it (vLLM: ``Endpoint(return_tokens=True)``): ``prompt_token_ids``, ``completion_token_ids`` (the
+    end token included when the model emitted one) and ``completion_logprobs`` (one per completion
+    token). ``finish_reason`` is ``stop``, ``length``, ``tool_calls`` or ``content_filter`` (Chat
+    Completions words, also for the Responses API); ``None`` for a failed call or a context overflow.
     """
 
     index: int
@@ -37,6 +42,7 @@ class PolicyCall:
     completion_token_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None
     context_overflow: bool = False
+    finish_reason: str | None = None
     _request: dict[str, Any] | None = field(default=None, repr=False)
     _response: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -81,6 +87,7 @@ class PolicyCall:
             "completion_token_ids": self.completion_token_ids,
             "completion_logprobs": self.completion_logprobs,
             "context_overflow": self.context_overflow,
+            "finish_reason": self.finish_reason,
         }
 
 

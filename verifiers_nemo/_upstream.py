@@ -4,8 +4,10 @@ An upstream is one small interface, in the spirit of an httpx transport: ``creat
 endpoint, body) -> UpstreamReply``. ``ResponsesUpstream`` passes the request through to
 ``{base_url}/responses``; ``ChatCompletionsUpstream`` converts it to ``{base_url}/chat/completions``
 and the answer back; ``FunctionUpstream`` answers with a plain function (tests, replay). Every reply
-is checked against the Responses schema Gym validates before it can reach the agent, and every HTTP
-call is bounded in time and retried with backoff on 408/409/429/5xx and connection errors.
+is read for token data (``_token_data``), stripped of what a Gym agent cannot carry, and checked
+against the schema nemo-gym 0.4.0 validates (``_gym_schema``, independent of the installed openai)
+before it can reach the agent. Every HTTP call is bounded in time and retried with backoff on
+408/409/429/5xx and connection errors.
 """
 
 from __future__ import annotations
@@ -22,12 +24,21 @@ from typing import Any, Literal, Protocol
 from uuid import uuid4
 
 import aiohttp
-from openai.types.chat import ChatCompletion
-from openai.types.responses import Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ._endpoint import Endpoint
 from ._errors import UpstreamError
+from ._gym_schema import GymSchemaError, drop_uncarried_fields, summarize, validate_policy_reply
+from ._token_data import (
+    OUTPUT_LOGPROBS,
+    TokenData,
+    ask_for_token_data,
+    from_chat,
+    from_responses,
+    make_logprob_fields_consistent,
+    pop_return_tokens,
+    strip_training_fields,
+)
 
 try:  # orjson is faster and ships with nemo-gym; plain json is the fallback.
     import orjson as _orjson
@@ -38,8 +49,6 @@ logger = logging.getLogger(__name__)
 
 FailureKind = Literal["http", "timeout", "connection", "protocol", "conversion", "internal"]
 
-# Output item types nemo-gym's NeMoGymResponse accepts from a model server.
-GYM_OUTPUT_ITEM_TYPES = frozenset({"message", "function_call", "reasoning"})
 # Statuses worth another attempt (as the OpenAI SDK does); everything >= 500 is retried too.
 RETRY_STATUSES = frozenset({408, 409, 429})
 # Phrases upstreams use when the prompt does not fit the model's context (vLLM, OpenAI, SGLang).
@@ -134,7 +143,11 @@ class RetryPolicy:
 
 @dataclass(slots=True)
 class UpstreamReply:
-    """A Responses-API object ready for the Gym agent, with what was sent and token data."""
+    """A Responses-API object ready for the Gym agent, with what was sent and the call's token data.
+
+    Token fields are ``None`` where the upstream did not return them; ``finish_reason`` uses the
+    Chat Completions words whichever API answered (``stop``, ``length``, ``tool_calls``...).
+    """
 
     response: dict[str, Any]
     request: dict[str, Any]
@@ -146,6 +159,21 @@ class UpstreamReply:
     context_overflow: bool = False
     request_json: bytes | None = None
     """``request`` as sent, when already serialized (saves the proxy a second ``dumps``)."""
+    finish_reason: str | None = None
+
+    @classmethod
+    def with_tokens(
+        cls, response: dict[str, Any], request: dict[str, Any], tokens: TokenData, **extra: Any
+    ) -> UpstreamReply:
+        return cls(
+            response,
+            request,
+            prompt_token_ids=tokens.prompt_token_ids,
+            completion_token_ids=tokens.completion_token_ids,
+            completion_logprobs=tokens.completion_logprobs,
+            finish_reason=tokens.finish_reason,
+            **extra,
+        )
 
 
 class Upstream(Protocol):
@@ -293,31 +321,10 @@ def _http_failure(result: _HttpResult, url: str, secret: str, request: dict[str,
 # --------------------------------------------------------------------------------------------
 
 
-_OUTPUT_ITEM_CLASSES = {
-    "message": "ResponseOutputMessage",
-    "function_call": "ResponseFunctionToolCall",
-    "reasoning": "ResponseReasoningItem",
-}
-
-
-def _validation_summary(exc: ValidationError, data: Any = None, limit: int = 3) -> str:
-    """The first few validation errors; for an output item, only those of the union member its
-    ``type`` names (pydantic reports every member of the union)."""
-    errors = exc.errors(include_url=False, include_input=False)
-    output = data.get("output") if isinstance(data, dict) else None
-
-    def relevant(error: Any) -> bool:
-        loc = error["loc"]
-        if not (isinstance(output, list) and len(loc) > 2 and loc[0] == "output" and isinstance(loc[1], int)):
-            return True
-        item = output[loc[1]] if loc[1] < len(output) else None
-        expected = _OUTPUT_ITEM_CLASSES.get(str(item.get("type"))) if isinstance(item, dict) else None
-        return expected is None or loc[2] == expected
-
-    errors = [e for e in errors if relevant(e)] or errors
-    shown = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:limit])
-    more = f" (+{len(errors) - limit} more)" if len(errors) > limit else ""
-    return shown + more
+# Statuses of a Responses object that carry no usable answer (a background or failed response).
+_UNUSABLE_STATUSES = frozenset({"failed", "cancelled", "in_progress", "queued"})
+# vLLM's token messages (``enable_response_messages``): recorded, never handed to Gym.
+_RESPONSE_MESSAGE_FIELDS = ("input_messages", "output_messages")
 
 
 def finish_response(data: Any, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -326,12 +333,17 @@ def finish_response(data: Any, request: Mapping[str, Any]) -> dict[str, Any]:
     Fields a Response merely echoes from its request (``tools``, ``tool_choice``,
     ``parallel_tool_calls``, ``model``...) are filled in when missing, and usage gets the
     ``cached_tokens`` / ``reasoning_tokens`` details Gym requires (0 when absent). The model output
-    itself is never invented: a reply without a valid ``output`` is an error.
+    itself is never invented: a reply without a valid ``output`` is an error. The result is what
+    nemo-gym 0.4.0 accepts, whatever openai is installed here.
     """
     if not isinstance(data, dict):
         raise UpstreamFailure(
             f"upstream reply is a JSON {type(data).__name__}, not a Responses object", kind="protocol"
         )
+    if data.get("status") in _UNUSABLE_STATUSES:
+        error = data.get("error")
+        detail = f": {error.get('message')}" if isinstance(error, dict) and error.get("message") else ""
+        raise UpstreamFailure(f"upstream reply has status {data['status']!r}{detail}", kind="protocol")
     if "id" not in data:
         data["id"] = f"resp_{uuid4().hex}"
     if "created_at" not in data:
@@ -355,37 +367,32 @@ def finish_response(data: Any, request: Mapping[str, Any]) -> dict[str, Any]:
             usage["output_tokens_details"] = {"reasoning_tokens": 0}
         elif usage["output_tokens_details"].get("reasoning_tokens") is None:
             usage["output_tokens_details"]["reasoning_tokens"] = 0
-    output = data.get("output")
-    if isinstance(output, list):
-        kinds = {item.get("type") if isinstance(item, dict) else type(item).__name__ for item in output}
-        unusable = sorted(str(kind) for kind in kinds - GYM_OUTPUT_ITEM_TYPES)
-        if unusable:
-            raise UpstreamFailure(
-                f"upstream reply has output items Gym cannot use: {', '.join(unusable)}", kind="protocol"
-            )
-    try:
-        Response.model_validate(data)
-    except ValidationError as exc:
-        raise UpstreamFailure(
-            f"upstream reply is not a valid Responses object: {_validation_summary(exc, data)}",
-            kind="protocol",
-        ) from None
+    _check_for_gym(data, "upstream reply")
     return data
 
 
-def output_token_data(
-    response: Mapping[str, Any],
-) -> tuple[list[int] | None, list[int] | None, list[float] | None]:
-    """The training token fields (``prompt_token_ids``, ``generation_token_ids``,
-    ``generation_log_probs``) of the last output item carrying them."""
-    for item in reversed(response.get("output") or ()):
-        if isinstance(item, dict) and item.get("prompt_token_ids") is not None:
-            return (
-                item.get("prompt_token_ids"),
-                item.get("generation_token_ids"),
-                item.get("generation_log_probs"),
-            )
-    return None, None, None
+def _check_for_gym(response: dict[str, Any], what: str) -> None:
+    try:
+        validate_policy_reply(response)
+    except GymSchemaError as exc:
+        raise UpstreamFailure(f"{what} is not a Responses object Gym accepts: {exc.summary}", kind="protocol") from None
+
+
+def prepare_responses_reply(data: Any) -> TokenData:
+    """Read the token data of a Responses reply, then make it one a Gym agent can carry: vLLM's
+    output text logprobs and response messages are removed (recorded in the returned
+    ``TokenData``), and complete token data is attached to the last output item as Gym's training
+    fields (as nemo-gym's own vLLM model server does)."""
+    if not isinstance(data, dict):
+        return TokenData()
+    tokens = from_responses(data)
+    drop_uncarried_fields(data)
+    for name in _RESPONSE_MESSAGE_FIELDS:
+        data.pop(name, None)
+    output = data.get("output")
+    if tokens.complete and isinstance(output, list) and output and isinstance(output[-1], dict):
+        output[-1].update(tokens.training_fields())
+    return tokens
 
 
 def _echo_request_fields(response: dict[str, Any], request: Mapping[str, Any]) -> None:
@@ -438,9 +445,12 @@ class ResponsesUpstream:
     """Passes the Responses request through to ``{base_url}/responses``.
 
     Chat-style ``max_tokens`` / ``max_completion_tokens`` (e.g. from sampling args) become
-    ``max_output_tokens`` when the request has none. A 400 that says the prompt exceeds the
-    context window becomes an empty incomplete response (as Gym's own vLLM server does) when
-    ``context_overflow_as_incomplete`` is set.
+    ``max_output_tokens`` when the request has none, and Gym's training fields on earlier items are
+    not sent. With ``return_tokens`` (endpoint or sampling arg) vLLM is asked for token IDs and
+    logprobs (``enable_response_messages``, the output logprobs ``include``). Token data is read
+    from the reply, then removed where Gym's agent cannot carry it. A 400 that says the prompt
+    exceeds the context window becomes an empty incomplete response (as Gym's own vLLM server does)
+    when ``context_overflow_as_incomplete`` is set.
     """
 
     def __init__(self, retry: RetryPolicy | None = None, *, context_overflow_as_incomplete: bool = True) -> None:
@@ -455,6 +465,10 @@ class ResponsesUpstream:
                 value = body.pop(name)
                 if body.get("max_output_tokens") is None and value is not None:
                     body["max_output_tokens"] = value
+        strip_training_fields(body.get("input"))
+        if pop_return_tokens(body) or endpoint.return_tokens:
+            ask_for_token_data("responses", body)
+        make_logprob_fields_consistent("responses", body)
         url = f"{endpoint.base_url}/responses"
         payload = dumps(body)
         result = await post_json(
@@ -473,20 +487,13 @@ class ResponsesUpstream:
             raise _http_failure(result, url, endpoint.api_key, body)
         data = _parse_reply(result, url, endpoint.api_key, body)
         try:
+            tokens = prepare_responses_reply(data)
             response = finish_response(data, body)
         except UpstreamFailure as exc:
             exc.upstream_status, exc.attempts, exc.request = result.status, result.attempts, body
             raise
-        prompt_ids, completion_ids, logprobs = output_token_data(response)
-        return UpstreamReply(
-            response,
-            body,
-            result.status,
-            result.attempts,
-            prompt_ids,
-            completion_ids,
-            logprobs,
-            request_json=payload,
+        return UpstreamReply.with_tokens(
+            response, body, tokens, status=result.status, attempts=result.attempts, request_json=payload
         )
 
 
@@ -495,10 +502,10 @@ class ChatCompletionsUpstream:
 
     ``developer`` messages become ``system`` (what vLLM chat templates accept); reasoning items
     travel as ``reasoning_fields`` on the assistant message (``reasoning_content`` for vLLM < 0.16,
-    ``reasoning`` after). ``max_output_tokens`` becomes ``max_tokens_field``. Token IDs and logprobs
-    are read when the upstream returns them (ask with sampling args such as ``logprobs: true`` and
-    vLLM's ``return_token_ids: true``); they are attached to the last output item as Gym's
-    training fields.
+    ``reasoning`` after). ``max_output_tokens`` becomes ``max_tokens_field``. With ``return_tokens``
+    (endpoint or sampling arg) vLLM is asked for ``logprobs`` and ``return_token_ids``; token IDs
+    and logprobs are read whenever the upstream returns them and attached to the last output item
+    as Gym's training fields.
     """
 
     def __init__(
@@ -517,6 +524,7 @@ class ChatCompletionsUpstream:
     async def create_response(
         self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
     ) -> UpstreamReply:
+        return_tokens = pop_return_tokens(body) or endpoint.return_tokens
         try:
             chat = responses_to_chat_request(
                 body, max_tokens_field=self.max_tokens_field, reasoning_fields=self.reasoning_fields
@@ -524,6 +532,8 @@ class ChatCompletionsUpstream:
         except UpstreamFailure as exc:
             exc.request = body
             raise
+        if return_tokens:
+            ask_for_token_data("chat", chat)
         url = f"{endpoint.base_url}/chat/completions"
         payload = dumps(chat)
         result = await post_json(
@@ -557,8 +567,8 @@ ResponseHandler = Callable[[Endpoint, dict[str, Any]], "dict[str, Any] | Awaitab
 class FunctionUpstream:
     """Answers with ``handler(endpoint, body)`` returning a Responses dict (sync or async).
 
-    The seam for replay and for tests that need no server: the reply is completed and validated
-    exactly like a real upstream's.
+    The seam for replay and for tests that need no server: the reply is read, completed and
+    validated exactly like a real upstream's.
     """
 
     def __init__(self, handler: ResponseHandler) -> None:
@@ -567,16 +577,17 @@ class FunctionUpstream:
     async def create_response(
         self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
     ) -> UpstreamReply:
+        pop_return_tokens(body)
         result = self.handler(endpoint, body)
         if inspect.isawaitable(result):
             result = await result
         try:
+            tokens = prepare_responses_reply(result)
             response = finish_response(result, body)
         except UpstreamFailure as exc:
             exc.request = body
             raise
-        prompt_ids, completion_ids, logprobs = output_token_data(response)
-        return UpstreamReply(response, body, 200, 1, prompt_ids, completion_ids, logprobs)
+        return UpstreamReply.with_tokens(response, body, tokens)
 
 
 # --------------------------------------------------------------------------------------------
@@ -599,6 +610,7 @@ _HANDLED_FIELDS = frozenset(
         "parallel_tool_calls",
         "reasoning",
         "text",
+        "enable_response_messages",
         *_UNSUPPORTED_FIELDS,
     }
 )
@@ -782,11 +794,16 @@ def responses_to_chat_request(
     max_tokens_field: str = "max_tokens",
     reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
 ) -> dict[str, Any]:
-    """Convert a Responses request body to a Chat Completions request body.
+    """Convert a Responses request body to a Chat Completions request body vLLM accepts.
 
-    Fields it does not know (sampling args such as ``top_k``, ``logprobs``, vLLM extensions such as
-    ``return_token_ids`` or ``chat_template_kwargs``) pass through unchanged; ``None`` values are
-    dropped (vLLM reads a null ``top_logprobs`` as "no logprobs").
+    ``instructions`` and ``developer`` messages become ``system`` messages, ``max_output_tokens``
+    becomes ``max_tokens_field``, ``reasoning.effort`` becomes ``reasoning_effort``, ``text.format``
+    becomes ``response_format``; ``tool_choice`` and ``parallel_tool_calls`` go only with tools. The
+    logprobs asked for by ``include`` or ``top_logprobs`` become ``logprobs: true`` (vLLM refuses
+    ``top_logprobs`` without it), vLLM's Responses-only ``enable_response_messages`` becomes
+    ``return_token_ids``. Fields it does not know (sampling args such as ``top_k``, vLLM extensions
+    such as ``return_token_ids`` or ``chat_template_kwargs``) pass through unchanged; ``None``
+    values are dropped (vLLM reads a null ``top_logprobs`` as "no logprobs").
     """
     for name in _UNSUPPORTED_FIELDS:
         if body.get(name) is not None:
@@ -814,6 +831,12 @@ def responses_to_chat_request(
     for name, value in body.items():
         if value is not None and name not in _HANDLED_FIELDS and name not in _DROPPED_FIELDS:
             chat.setdefault(name, value)
+    include = body.get("include")
+    if isinstance(include, list) and OUTPUT_LOGPROBS in include:
+        chat.setdefault("logprobs", True)
+    if body.get("enable_response_messages"):
+        chat.setdefault("return_token_ids", True)
+    make_logprob_fields_consistent("chat", chat)
     return chat
 
 
@@ -822,26 +845,52 @@ def responses_to_chat_request(
 # --------------------------------------------------------------------------------------------
 
 
-def _completion_token_ids(choice: Mapping[str, Any], message: Mapping[str, Any]) -> list[int] | None:
-    ids = choice.get("token_ids")
-    if ids is None:
-        ids = message.get("generation_token_ids")
-    if ids is not None:
-        return list(ids)
-    # vLLM's return_tokens_as_token_ids renders each logprob token as "token_id:<id>".
-    content = (choice.get("logprobs") or {}).get("content")
-    if content and all(str(c.get("token", "")).startswith("token_id:") for c in content):
-        return [int(c["token"].removeprefix("token_id:")) for c in content]
-    return None
+class _ChatModel(BaseModel):
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
 
 
-def _completion_logprobs(choice: Mapping[str, Any], message: Mapping[str, Any]) -> list[float] | None:
-    if message.get("generation_log_probs") is not None:
-        return list(message["generation_log_probs"])
-    content = (choice.get("logprobs") or {}).get("content")
-    if content is None:
-        return None
-    return [c["logprob"] for c in content]
+class _ChatLogprob(_ChatModel):
+    logprob: float
+
+
+class _ChatLogprobs(_ChatModel):
+    content: list[_ChatLogprob] | None = None
+
+
+class _ChatMessage(_ChatModel):
+    role: Literal["assistant"]
+    content: str | None = None
+    refusal: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class _ChatChoice(_ChatModel):
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+    message: _ChatMessage
+    logprobs: _ChatLogprobs | None = None
+    token_ids: list[int] | None = None
+
+
+class _ChatUsage(_ChatModel):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    prompt_tokens_details: dict[str, Any] | None = None
+    completion_tokens_details: dict[str, Any] | None = None
+
+
+class _ChatCompletion(_ChatModel):
+    """What the conversion reads from a Chat Completion (OpenAI's fields, vLLM's extensions);
+    independent of the installed openai, whose models change required fields between versions."""
+
+    id: str | None = None
+    created: float | None = None
+    model: str | None = None
+    choices: list[_ChatChoice]
+    usage: _ChatUsage | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:
@@ -868,14 +917,16 @@ def chat_to_responses_reply(data: Any, request: Mapping[str, Any]) -> UpstreamRe
     ``function_call`` item per tool call. ``finish_reason`` ``length`` or ``content_filter`` makes
     the response ``incomplete``.
     """
+    if not isinstance(data, dict):
+        raise UpstreamFailure(f"upstream reply is a JSON {type(data).__name__}, not a Chat Completion", kind="protocol")
+    if not data.get("choices"):
+        raise UpstreamFailure("upstream Chat Completion has no choices", kind="protocol")
     try:
-        ChatCompletion.model_validate(data)
+        _ChatCompletion.model_validate(data)
     except ValidationError as exc:
         raise UpstreamFailure(
-            f"upstream reply is not a valid Chat Completion: {_validation_summary(exc)}", kind="protocol"
+            f"upstream reply is not a valid Chat Completion: {summarize(exc)}", kind="protocol"
         ) from None
-    if not data["choices"]:
-        raise UpstreamFailure("upstream Chat Completion has no choices", kind="protocol")
     choice = data["choices"][0]
     message = choice["message"]
     finish_reason = choice.get("finish_reason")
@@ -925,17 +976,8 @@ def chat_to_responses_reply(data: Any, request: Mapping[str, Any]) -> UpstreamRe
             }
         )
 
-    prompt_ids = data.get("prompt_token_ids")
-    if prompt_ids is None:
-        prompt_ids = message.get("prompt_token_ids")
-    completion_ids = _completion_token_ids(choice, message)
-    logprobs = _completion_logprobs(choice, message)
-    if prompt_ids is not None and completion_ids is not None and logprobs is not None:
-        output[-1].update(
-            prompt_token_ids=list(prompt_ids),
-            generation_token_ids=completion_ids,
-            generation_log_probs=logprobs,
-        )
+    tokens = from_chat(data, choice)
+    output[-1].update(tokens.training_fields())
 
     response: dict[str, Any] = {
         "id": f"resp_{data.get('id') or uuid4().hex}",
@@ -953,17 +995,5 @@ def chat_to_responses_reply(data: Any, request: Mapping[str, Any]) -> UpstreamRe
         reason = "max_output_tokens" if finish_reason == "length" else "content_filter"
         response["incomplete_details"] = {"reason": reason}
     _echo_request_fields(response, request)
-    try:
-        Response.model_validate(response)
-    except ValidationError as exc:
-        raise UpstreamFailure(
-            f"converted reply is not a valid Responses object: {_validation_summary(exc, response)}",
-            kind="protocol",
-        ) from None
-    return UpstreamReply(
-        response,
-        dict(request),
-        prompt_token_ids=None if prompt_ids is None else list(prompt_ids),
-        completion_token_ids=completion_ids,
-        completion_logprobs=logprobs,
-    )
+    _check_for_gym(response, "converted reply")
+    return UpstreamReply.with_tokens(response, dict(request), tokens)
