@@ -7,7 +7,7 @@ and the answer back; ``FunctionUpstream`` answers with a plain function (tests, 
 is read for token data (``_token_data``), stripped of what a Gym agent cannot carry, and checked
 against the schema nemo-gym 0.4.0 validates (``_gym_schema``, independent of the installed openai)
 before it can reach the agent. Every HTTP call is bounded in time and retried with backoff on
-408/409/429/5xx and connection errors.
+408/429/5xx and connection errors.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ logger = logging.getLogger(__name__)
 
 FailureKind = Literal["http", "timeout", "connection", "protocol", "conversion", "internal"]
 
-# Statuses worth another attempt (as the OpenAI SDK does); everything >= 500 is retried too.
-RETRY_STATUSES = frozenset({408, 409, 429})
+# Statuses worth another attempt; everything >= 500 is retried too. Not 409: a conflict is an
+# answer about the request, and the same request gets the same answer.
+RETRY_STATUSES = frozenset({408, 429})
 # Phrases upstreams use when the prompt does not fit the model's context (vLLM, OpenAI, SGLang).
 _CONTEXT_OVERFLOW_HINTS = ("context length", "context_length", "context window", "maximum context")
 # Fields a Response echoes from its request.
@@ -240,7 +241,7 @@ async def post_json(
     secret: str = "",
     request: dict[str, Any] | None = None,
 ) -> _HttpResult:
-    """POST ``payload``; retry 408/409/429/5xx, connection errors and connect timeouts.
+    """POST ``payload``; retry 408/429/5xx, connection errors and connect timeouts.
 
     Returns the first non-retryable answer (2xx or 4xx), or raises ``UpstreamFailure`` once the
     retries or the time budget are spent. ``secret`` is scrubbed from every message.

@@ -307,6 +307,18 @@ async def test_client_error_is_not_retried(
     assert isinstance(route.error, UpstreamFailure) and route.error.kind == "http"
 
 
+async def test_conflict_409_is_not_retried(
+    proxy: RoutingProxy, fake: FakeUpstream, client: aiohttp.ClientSession
+) -> None:
+    route = proxy.open_route(Endpoint(base_url=fake.base_url, model="m"))
+    fake.script(FakeReply.error(409, "conflict", times=5))
+
+    status, body = await post(client, proxy, gym_body(route.key))
+
+    assert status == STATUS_UPSTREAM_FAILED and body["error"]["upstream_status"] == 409
+    assert len(fake.requests) == 1 and route.calls[0].attempts == 1
+
+
 async def test_upstream_hang_is_bounded(fake: FakeUpstream, client: aiohttp.ClientSession) -> None:
     with RoutingProxy(upstream_timeout=0.3, backoff=0.01) as proxy:
         route = proxy.open_route(Endpoint(base_url=fake.base_url, model="m"))
