@@ -32,7 +32,25 @@ class TasksetError(ConfigurationError):
 
 
 class MissingRequirementsError(VerifiersNemoError, RuntimeError):
-    """A Gym server needs Python packages that the Gym runtime does not have."""
+    """A Gym server needs Python packages that the Gym runtime does not have.
+
+    ``missing`` maps each server to its missing requirements; ``describe(fix)`` words the message
+    with another way to ask for isolated venvs (the CLI names its ``-a`` flag)."""
+
+    def __init__(self, env: str, python: str, missing: dict[str, list[str]]) -> None:
+        self.env, self.python, self.missing = env, python, missing
+        super().__init__(self.describe("pass isolated_venvs=True"))
+
+    def describe(self, isolated_venvs: str) -> str:
+        lines = "\n".join(f"  {server}: {', '.join(reqs)}" for server, reqs in self.missing.items())
+        return (
+            f"Gym environment {self.env} needs packages the Gym runtime ({self.python}) does not have:\n"
+            f"{lines}\nInstall them into that interpreter, or {isolated_venvs} to let nemo-gym build a "
+            "separate venv per server from PyPI."
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, dict[str, list[str]]]]:
+        return type(self), (self.env, self.python, self.missing)
 
 
 class StackStartError(VerifiersNemoError, RuntimeError):

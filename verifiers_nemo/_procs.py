@@ -7,6 +7,7 @@ import fcntl
 import logging
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -97,17 +98,62 @@ SERVER_PORT_RANGE = (20000, 32767)
 
 class PortReservation:
     """Ports held for one stack: free when chosen, and locked (a lock file per port) so that other
-    processes using this package skip them until ``release()`` or this process's exit."""
+    processes using this package skip them until ``release()`` or this process's exit. A lock file
+    lives only while its port is held: ``release()`` removes it, and ``reserve_ports`` sweeps those a
+    dead process left behind."""
 
-    def __init__(self, ports: list[int], locks: list[int]) -> None:
+    def __init__(self, ports: list[int], locks: list[tuple[Path, int]]) -> None:
         self.ports = ports
         self._locks = locks
 
     def release(self) -> None:
-        for fd in self._locks:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._locks = []
+        locks, self._locks = self._locks, []
+        for path, fd in locks:
+            _unlock_and_remove(path, fd)
+
+
+def _lock(path: Path) -> int | None:
+    """An exclusive lock on the lock file ``path`` (created if need be), or None when another process
+    holds it. The file may be removed by its holder between our open and our lock: then the lock is on
+    a file nobody else will find, so it is retried on the file now at ``path``."""
+    for _ in range(10):
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except OSError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+    return None
+
+
+def _unlock_and_remove(path: Path, fd: int) -> None:
+    """Remove a lock file while holding its lock (whoever opens it next finds it gone, see ``_lock``)."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def sweep_port_locks(lock_dir: Path) -> int:
+    """Remove the lock files no process holds (left by a process that died); returns how many."""
+    removed = 0
+    try:
+        paths = [p for p in lock_dir.iterdir() if p.suffix == ".lock"]
+    except OSError:
+        return 0
+    for path in paths:
+        fd = _lock(path)
+        if fd is not None:
+            _unlock_and_remove(path, fd)
+            removed += 1
+    return removed
 
 
 def reserve_ports(count: int, lock_dir: Path, host: str = "127.0.0.1") -> PortReservation:
@@ -117,39 +163,41 @@ def reserve_ports(count: int, lock_dir: Path, host: str = "127.0.0.1") -> PortRe
     candidates = [p for p in range(low, high + 1) if not eph_low <= p <= eph_high]
     random.SystemRandom().shuffle(candidates)
     lock_dir.mkdir(parents=True, exist_ok=True)
+    sweep_port_locks(lock_dir)
     ports: list[int] = []
-    locks: list[int] = []
+    locks: list[tuple[Path, int]] = []
     for port in candidates:
         if len(ports) == count:
             break
-        fd = os.open(lock_dir / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        path = lock_dir / f"{port}.lock"
+        fd = _lock(path)
+        if fd is None:
             continue
         with socket.socket() as probe:
             try:
                 probe.bind((host, port))
             except OSError:
-                os.close(fd)
+                _unlock_and_remove(path, fd)
                 continue
         ports.append(port)
-        locks.append(fd)
+        locks.append((path, fd))
     if len(ports) < count:
         PortReservation(ports, locks).release()
         raise OSError(f"no {count} free ports in {low}-{high} on {host}")
     return PortReservation(ports, locks)
 
 
-def stop_supervised(supervisor: subprocess.Popen[bytes], label: str, timeout: float) -> None:
+def stop_supervised(
+    supervisor: subprocess.Popen[bytes], label: str, timeout: float, *, keep_logs: bool = False
+) -> None:
     """Stop a process started under ``_gym_side/supervisor.py`` and everything of its session.
 
-    Tells it we stop it on purpose (one byte, so it leaves our files to us), closes its pipe (EOF: it tears
-    its session down), waits up to ``timeout``, then SIGKILLs whatever of the session is left."""
+    Tells it we stop it on purpose (one byte: ``k`` when its logs are to be kept for an error message, else
+    ``s``; it removes its files itself either way, even if we die next), closes its pipe (EOF: it tears its
+    session down), waits up to ``timeout``, then SIGKILLs whatever of the session is left."""
     if supervisor.stdin:
         with contextlib.suppress(OSError):
-            supervisor.stdin.write(b"s")
+            supervisor.stdin.write(b"k" if keep_logs else b"s")
         with contextlib.suppress(OSError):
             supervisor.stdin.close()
     try:
@@ -162,3 +210,55 @@ def stop_supervised(supervisor: subprocess.Popen[bytes], label: str, timeout: fl
         supervisor.wait(timeout=5)
     if survivors:
         logger.error("%s: processes %s survived SIGKILL", label, survivors)
+
+
+# -- files named after the process that owns them: ``<label>-<pid>-<hex>[.ext]`` ----------------------
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_pid(path: Path) -> int | None:
+    """The owner's pid in a name ``<label>-<pid>-<hex>`` (a suffix such as ``.log`` is ignored)."""
+    parts = path.name.split(".", 1)[0].rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def sweep_dead_owners(directory: Path, *, keep_newest: int = 0, prefix: str = "") -> list[Path]:
+    """Remove the entries of ``directory`` (named ``<prefix><label>-<pid>-<hex>``) whose owner process is
+    gone, except the ``keep_newest`` most recently modified of them; returns what was removed."""
+    dead: list[tuple[float, Path]] = []
+    try:
+        entries = [p for p in directory.iterdir() if p.name.startswith(prefix)]
+    except OSError:
+        return []
+    for path in entries:
+        pid = owner_pid(path)
+        if pid is None or pid_alive(pid):
+            continue
+        try:
+            dead.append((path.lstat().st_mtime, path))
+        except OSError:
+            continue
+    dead.sort(reverse=True)
+    removed = []
+    for _, path in dead[keep_newest:]:
+        remove_path(path)
+        removed.append(path)
+    return removed
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file or a folder tree; no error when it is already gone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -11,21 +11,23 @@ The head runs under the same supervisor as the stacks (its own session, torn dow
 or dies), binds 127.0.0.1 only, keeps its files in a private temporary folder (not the machine-wide
 ``/tmp/ray``, whose ``ray_current_cluster`` file other Ray users on the machine would join), and
 requires a random token that only this process's Gym processes get (Ray's token authentication).
+The supervisor removes that folder whenever the head stops; its log lives with the stacks' logs
+(kept only when the head failed).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
-import shutil
 import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from ._procs import PortReservation, reserve_ports, stop_supervised
+from ._procs import PortReservation, remove_path, reserve_ports, stop_supervised, sweep_dead_owners
 from ._runtime import GymRuntime, cache_dir
 
 logger = logging.getLogger(__name__)
@@ -33,6 +35,9 @@ logger = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 _GYM_SIDE = Path(__file__).parent / "_gym_side"
 _STOP_TIMEOUT = 10.0
+TEMP_PREFIX = "vnr-ray-"
+"""Temporary folders are ``<tmp>/vnr-ray-<owner pid>-<random>``: short (Ray's socket paths live under
+them), and named after their owner so that those of a dead owner can be swept."""
 
 
 class RayHead:
@@ -43,8 +48,12 @@ class RayHead:
         self.token = secrets.token_hex(32)
         self._ports: PortReservation | None = reserve_ports(3, cache_dir() / "ports")
         self.gcs_port, client_port, agent_port = self._ports.ports
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="vnr-ray-"))  # short: Ray's socket paths live under it
-        self.log_path = self.temp_dir / "ray_head.log"
+        tmp = Path(tempfile.gettempdir())
+        sweep_dead_owners(tmp, prefix=TEMP_PREFIX)
+        self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=tmp))
+        logs = cache_dir() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"ray-head-{os.getpid()}-{self.temp_dir.name.rsplit('-', 1)[1]}.log"
         argv = [
             str(runtime.bin_dir / "ray"),
             "start",
@@ -64,7 +73,8 @@ class RayHead:
             "log": str(self.log_path),
             "grace_s": 5.0,
             "ports": [[HOST, self.gcs_port]],
-            "remove_if_owner_dies": [str(self.temp_dir)],
+            "remove": [str(self.temp_dir)],
+            "logs": [str(self.log_path)],
         }
         self._supervisor = subprocess.Popen(
             [str(runtime.python), str(_GYM_SIDE / "supervisor.py"), json.dumps(spec)],
@@ -114,11 +124,14 @@ class RayHead:
         if self._stopped:
             return
         self._stopped = True
-        stop_supervised(self._supervisor, f"Ray head at {self.address}", _STOP_TIMEOUT)
+        failed = self._supervisor.poll() is not None  # it died before we stopped it: keep its log
+        stop_supervised(self._supervisor, f"Ray head at {self.address}", _STOP_TIMEOUT, keep_logs=failed)
         if self._ports is not None:
             self._ports.release()
             self._ports = None
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        remove_path(self.temp_dir)  # the supervisor removes it too; not if it was killed
+        if not failed:
+            remove_path(self.log_path)
 
 
 # -- one head per (process, Gym runtime), refcounted by the stacks that use it ------------------------

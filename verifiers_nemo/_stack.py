@@ -41,7 +41,17 @@ from ._gym_config import (
     requirements_beyond_nemo_gym,
     server_instances,
 )
-from ._procs import PortReservation, port_accepts, port_state, reserve_ports, rss_bytes, session_pids, stop_supervised
+from ._procs import (
+    PortReservation,
+    port_accepts,
+    port_state,
+    remove_path,
+    reserve_ports,
+    rss_bytes,
+    session_pids,
+    stop_supervised,
+    sweep_dead_owners,
+)
 from ._ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
 from ._runtime import GymRuntime, cache_dir, find_gym_runtime
 
@@ -51,6 +61,8 @@ HOST = "127.0.0.1"
 _START_ATTEMPTS = 3
 POLICY_IMPLEMENTATION = "verifiers_nemo_policy"
 _GYM_SIDE = Path(__file__).parent / "_gym_side"
+# Start-up chatter every Gym server prints (Ray's and uvicorn's INFO lines): left out of failure messages.
+_ROUTINE = re.compile(r"^(INFO:\s|\S+ \S+\s+INFO \S+\.py:\d+ -- |Connecting to Ray cluster at )")
 _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 _CHECK_REQUIREMENTS = r"""
 import json, sys, importlib.metadata as md
@@ -106,6 +118,8 @@ class _Launch:
     supervisor: subprocess.Popen[bytes]
     run_dir: Path
     log_path: Path
+    """ng_run's output (every server's too), in the launch's log folder ``log_path.parent``, which
+    is kept after a failure for the error message that names it, and removed after a clean stop."""
     head_port: int
     servers: dict[str, tuple[ServerInstance, int]]
     started_at: float
@@ -186,11 +200,12 @@ class GymStack:
             if self._launch is not None:
                 self._stop_locked()
             self.runtime = find_gym_runtime(self.config.gym_python)
+            isolated = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
             self._generation += 1
             self._dead.clear()
             self._dead_reason = None
             for attempt in range(1, _START_ATTEMPTS + 1):
-                self._launch = self._spawn(self.runtime, self._join_ray_head(self.runtime))
+                self._launch = self._spawn(self.runtime, self._join_ray_head(self.runtime), isolated)
                 try:
                     self._wait_ready(self._launch)
                     break
@@ -200,13 +215,13 @@ class GymStack:
                     if head is not None and not head.alive:  # e.g. its port was taken: the next try gets a new one
                         collided = collided or "address already in use" in head.log_tail(10_000)
                         self._leave_ray_head()
-                    self._stop_locked(keep_run_dir=True)
+                    self._stop_locked(keep_logs=not collided or attempt == _START_ATTEMPTS)
                     if not collided or attempt == _START_ATTEMPTS:
                         self._leave_ray_head()
                         raise
                     logger.warning("Gym stack %s: a port was taken while starting; retrying", self.config.name)
                 except BaseException:
-                    self._stop_locked(keep_run_dir=True)
+                    self._stop_locked(keep_logs=True)
                     self._leave_ray_head()
                     raise
             self._start_monitor()
@@ -355,30 +370,7 @@ class GymStack:
 
     def _check_requirements(self, runtime: GymRuntime) -> set[str]:
         """Servers whose requirements the runtime lacks; raises unless isolated venvs are allowed."""
-        wanted = {}
-        for instance in self._instances:
-            reqs, _ = requirements_beyond_nemo_gym(runtime.root / instance.rel_dir)
-            if reqs:
-                wanted[instance.name] = reqs
-        if not wanted:
-            return set()
-        out = subprocess.run(
-            [str(runtime.python), "-c", _CHECK_REQUIREMENTS, json.dumps(wanted)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if out.returncode != 0:
-            raise StackStartError(f"Could not check server requirements with {runtime.python}: {out.stderr}")
-        missing: dict[str, list[str]] = json.loads(out.stdout)
-        if missing and not self.config.isolated_venvs:
-            lines = "\n".join(f"  {server}: {', '.join(reqs)}" for server, reqs in missing.items())
-            raise MissingRequirementsError(
-                f"Gym environment {self.config.name} needs packages the Gym runtime ({runtime.python}) "
-                f"does not have:\n{lines}\nInstall them into that interpreter, or pass "
-                "isolated_venvs=True to let nemo-gym build a separate venv per server from PyPI."
-            )
-        return set(missing)
+        return check_requirements(self.config.name, self._instances, runtime, isolated_venvs=self.config.isolated_venvs)
 
     def _link_venvs(self, runtime: GymRuntime, isolated: set[str]) -> Path:
         links = self._venv_links_dir(runtime)
@@ -414,11 +406,14 @@ class GymStack:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def _spawn(self, runtime: GymRuntime, ray_head: RayHead | None) -> _Launch:
-        isolated = self._check_requirements(runtime)
+    def _spawn(self, runtime: GymRuntime, ray_head: RayHead | None, isolated: set[str]) -> _Launch:
         links = self._link_venvs(runtime, isolated)
         sweep_run_dirs(cache_dir() / "runs")
-        run_dir = cache_dir() / "runs" / f"{self.config.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
+        run_id = f"{_safe_name(self.config.name)}-{os.getpid()}-{secrets.token_hex(4)}"
+        run_dir = cache_dir() / "runs" / run_id
+        log_dir = logs_dir() / run_id
+        (log_dir / SERVER_LOGS).mkdir(parents=True)
         policy_dir = run_dir / "responses_api_models" / POLICY_IMPLEMENTATION
         policy_dir.mkdir(parents=True)
         shutil.copy(_GYM_SIDE / "policy_server.py", policy_dir / "app.py")
@@ -450,6 +445,7 @@ class GymStack:
             "+skip_venv_if_present=true",
             f"+uv_venv_dir={links}",
             f"+uv_cache_dir={cache_dir() / 'uv'}",
+            f"+nemo_gym_log_dir={log_dir / SERVER_LOGS}",  # each server's own output, for failure messages
             f"+default_host={HOST}",
             f"++head_server={{host:{HOST},port:{head_port}}}",
         ]
@@ -458,14 +454,15 @@ class GymStack:
         if ray_head is not None:
             argv.append(f"+ray_head_node_address={ray_head.address}")
         argv += list(self.config.overrides)
-        log_path = run_dir / "ng_run.log"
+        log_path = log_dir / "ng_run.log"
         spec = {
             "argv": argv,
             "cwd": str(run_dir),
             "log": str(log_path),
             "grace_s": max(1.0, self.config.stop_timeout - 3.0),
             "ports": [[HOST, port] for _, port in servers.values()],
-            "remove_if_owner_dies": [str(run_dir)],
+            "remove": [str(run_dir)],
+            "logs": [str(log_dir)],
         }
         logger.debug("Launching Gym stack %s: %s", self.config.name, argv)
         supervisor = subprocess.Popen(
@@ -495,42 +492,69 @@ class GymStack:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
+    def _server_lines(self, launch: _Launch, name: str, lines: int = 25) -> list[str]:
+        """The last lines a server wrote itself: its own log (``nemo_gym_log_dir``: stdout and stderr,
+        the output of its start-up commands included), else the lines ng_run's log prefixes with its
+        name. Blank lines and Gym's routine start-up chatter are left out."""
+        own = launch.log_path.parent / SERVER_LOGS / f"{name.replace('/', '_')}.log"
+        try:
+            text = own.read_text(errors="replace").splitlines()
+        except OSError:
+            try:
+                text = [
+                    line.removeprefix(f"({name}) ")
+                    for line in launch.log_path.read_text(errors="replace").splitlines()
+                    if line.startswith(f"({name}) ")
+                ]
+            except OSError:
+                text = []
+        text = [line.removeprefix(f"({name}) ").rstrip() for line in text]
+        text = [line for line in text if line.strip() and not _ROUTINE.search(line)]
+        return _without_traceback_frames(text)[-lines:]
+
     def _failure_summary(self, launch: _Launch) -> str:
-        """The crashed server's own last log lines when ng_run names one, else the log's tail."""
+        """Why the start failed: the crashed server's own last lines when ng_run names one, else the log's tail."""
         try:
             text = launch.log_path.read_text(errors="replace")
         except OSError:
-            return "(no log)"
+            text = ""
         crashed = re.findall(r"Process `([^`]+)` finished unexpectedly", text)
-        if not crashed:
-            return "\n".join(text.splitlines()[-40:])
-        name = crashed[-1]
-        own = [line for line in text.splitlines() if line.startswith(f"({name}) ")]
-        return f"Gym server {name} exited. Its last log lines:\n" + "\n".join(own[-25:])
+        own = self._server_lines(launch, crashed[-1]) if crashed else []
+        if not own:
+            who = f"Gym server {crashed[-1]}" if crashed else f"Gym stack {self.config.name}"
+            tail = "\n".join(_without_traceback_frames(text.splitlines())[-25:]) or "(no output)"
+            return f"{who} exited while the stack started. The launcher's last lines:\n{tail}"
+        return f"Gym server {crashed[-1]} exited while the stack started. Its last lines:\n" + "\n".join(
+            f"  {line}" for line in own
+        )
 
     def _wait_ready(self, launch: _Launch) -> None:
         deadline = launch.started_at + self.config.start_timeout
         pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
         while pending:
             if launch.supervisor.poll() is not None:
-                raise StackStartError(
-                    f"Gym stack {self.config.name} exited while starting (log: {launch.log_path}):\n"
-                    f"{self._failure_summary(launch)}"
-                )
+                raise StackStartError(f"{self._failure_summary(launch)}\n(full log: {launch.log_path})")
             for name, port in list(pending.items()):
                 if _http_ok(port):
                     del pending[name]
             if not pending:
                 break
             if time.monotonic() > deadline:
+                waiting = "\n".join(
+                    f"{name}'s last lines:\n" + "\n".join(f"  {line}" for line in self._server_lines(launch, name, 10))
+                    for name in sorted(pending)
+                    if name != "head_server"
+                )
                 raise StackStartError(
                     f"Gym stack {self.config.name}: {sorted(pending)} did not answer within "
-                    f"{self.config.start_timeout:.0f}s (log: {launch.log_path}):\n{self._log_tail(launch)}"
+                    f"{self.config.start_timeout:.0f}s.\n{waiting or self._log_tail(launch)}\n"
+                    f"(full log: {launch.log_path})"
                 )
             time.sleep(0.1)
         launch.ready_seconds = time.monotonic() - launch.started_at
 
-    def _stop_locked(self, keep_run_dir: bool = False) -> None:
+    def _stop_locked(self, keep_logs: bool = False) -> None:
+        """Stop the launch; its run folder goes, its logs stay only when ``keep_logs`` or it died."""
         self._monitor_stop.set()
         if self._monitor is not None and self._monitor is not threading.current_thread():
             self._monitor.join(timeout=2)
@@ -539,12 +563,15 @@ class GymStack:
         if launch is None or launch.stopped:
             return
         launch.stopped = True
+        keep_logs = keep_logs or self._dead.is_set()
         self._signal_death(self._dead_reason or "the Gym stack was stopped")
-        stop_supervised(launch.supervisor, f"Gym stack {self.config.name}", self.config.stop_timeout)
+        label = f"Gym stack {self.config.name}"
+        stop_supervised(launch.supervisor, label, self.config.stop_timeout, keep_logs=keep_logs)
         if launch.ports is not None:
             launch.ports.release()
-        if not keep_run_dir and not self._dead.is_set():
-            shutil.rmtree(launch.run_dir, ignore_errors=True)
+        remove_path(launch.run_dir)  # the supervisor removes it too; not if it was killed
+        if not keep_logs:
+            remove_path(launch.log_path.parent)
         _registry_untrack(self)
 
     # -- watching --------------------------------------------------------------------------------
@@ -616,40 +643,73 @@ class GymStack:
                 logger.exception("stack death listener failed")
 
 
-KEEP_FAILED_RUNS_S = 24 * 3600
+_satisfied: set[tuple[str, str]] = set()  # (interpreter, requirements) checked and found installed
 
 
-def sweep_run_dirs(runs: Path, keep_seconds: float = KEEP_FAILED_RUNS_S) -> list[Path]:
-    """Remove run folders (``<name>-<pid>-<hex>``) whose owner process is gone and that are older than
-    ``keep_seconds``: the logs of a failed start stay a day for the error message that names them."""
-    removed = []
-    now = time.time()
-    try:
-        entries = list(runs.iterdir())
-    except OSError:
-        return removed
-    for path in entries:
-        parts = path.name.rsplit("-", 2)
-        if len(parts) != 3 or not parts[1].isdigit():
+def check_requirements(
+    name: str, instances: list[ServerInstance], runtime: GymRuntime, *, isolated_venvs: bool = False
+) -> set[str]:
+    """The servers among ``instances`` whose Python requirements ``runtime`` lacks. Raises
+    MissingRequirementsError naming them unless ``isolated_venvs`` (nemo-gym then builds their venvs).
+    Starts nothing: it asks the runtime's interpreter which packages it has."""
+    wanted = {}
+    for instance in instances:
+        reqs, _ = requirements_beyond_nemo_gym(runtime.root / instance.rel_dir)
+        if reqs:
+            wanted[instance.name] = reqs
+    key = (str(runtime.python), json.dumps(wanted, sort_keys=True))
+    if not wanted or key in _satisfied:
+        return set()
+    out = subprocess.run(
+        [str(runtime.python), "-c", _CHECK_REQUIREMENTS, json.dumps(wanted)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if out.returncode != 0:
+        raise StackStartError(f"Could not check server requirements with {runtime.python}: {out.stderr}")
+    missing: dict[str, list[str]] = json.loads(out.stdout)
+    if not missing:
+        _satisfied.add(key)
+    elif not isolated_venvs:
+        raise MissingRequirementsError(name, str(runtime.python), missing)
+    return set(missing)
+
+
+KEEP_FAILED_LOGS = 10
+"""Log folders of failed or dead launches kept for their error messages (the newest; others are removed)."""
+SERVER_LOGS = "servers"
+
+
+def logs_dir() -> Path:
+    """Where launches keep their logs: ``<cache>/logs/<run id>/`` (ng_run.log, servers/<name>.log)."""
+    return cache_dir() / "logs"
+
+
+def sweep_run_dirs(runs: Path) -> list[Path]:
+    """Remove run folders (``<name>-<pid>-<hex>``) whose owner process is gone. Supervisors remove their
+    run folder themselves; this catches the rest (a supervisor killed outright, an owner killed between
+    creating the folder and starting the supervisor)."""
+    return sweep_dead_owners(runs)
+
+
+def _without_traceback_frames(lines: list[str]) -> list[str]:
+    """Python tracebacks without their frames (kept in the full log): the exception line says why."""
+    out: list[str] = []
+    in_traceback = False
+    for line in lines:
+        if line.lstrip().startswith("Traceback (most recent call last):"):
+            in_traceback = True
             continue
-        try:
-            if now - path.stat().st_mtime < keep_seconds or _pid_alive(int(parts[1])):
-                continue
-        except OSError:
+        if in_traceback and line[:1].isspace():
             continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
+        in_traceback = False
+        out.append(line)
+    return out
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", name) or "_"
 
 
 def _resolve(future: asyncio.Future[str], reason: str) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo import _stack
+from verifiers_nemo import _procs, _stack
 from verifiers_nemo._gym_config import ServerInstance
 from verifiers_nemo._procs import port_state
 from verifiers_nemo._stack import GymStack, StackConfig, _Launch
@@ -148,20 +148,37 @@ def test_monitor_marks_a_refusing_server_dead(stack: GymStack, tmp_path: Path) -
     assert deaths == [(launch.generation, deaths[0][1])] and "tiny_agent" in deaths[0][1]
 
 
-def test_sweep_removes_old_run_folders_of_dead_owners_only(tmp_path: Path) -> None:
+def test_sweep_removes_run_folders_of_dead_owners_only(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
-    old, fresh, alive, foreign = (
+    gone, alive, foreign = (
         tmp_path / f"env-{dead.pid}-aaaa",
-        tmp_path / f"env-{dead.pid}-bbbb",
         tmp_path / f"env-{os.getpid()}-cccc",
         tmp_path / "not-a-run",
     )
-    for path in (old, fresh, alive, foreign):
-        (path / "logs").mkdir(parents=True)
-    day_ago = time.time() - _stack.KEEP_FAILED_RUNS_S - 60
-    for path in (old, alive, foreign):
-        os.utime(path, (day_ago, day_ago))
+    for path in (gone, alive, foreign):
+        (path / "responses_api_models").mkdir(parents=True)
 
-    assert _stack.sweep_run_dirs(tmp_path) == [old]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (fresh, alive, foreign))
+    assert _stack.sweep_run_dirs(tmp_path) == [gone]  # at once: failure logs live elsewhere
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (alive, foreign))
+
+
+def test_logs_of_dead_owners_keep_only_the_newest(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    logs = tmp_path / "logs"
+    old = [logs / f"env-{dead.pid}-{i:04x}" for i in range(_stack.KEEP_FAILED_LOGS + 3)]
+    for age, path in enumerate(old):  # old[0] is the newest
+        (path / "servers").mkdir(parents=True)
+        os.utime(path, (time.time() - age * 60, time.time() - age * 60))
+    head_log = logs / f"ray-head-{dead.pid}-ffff.log"
+    head_log.write_text("old")
+    os.utime(head_log, (time.time() - 3600 * 24, time.time() - 3600 * 24))
+    mine = logs / f"env-{os.getpid()}-beef"
+    mine.mkdir()
+    os.utime(mine, (0, 0))  # the oldest of all, but its owner lives
+
+    removed = _procs.sweep_dead_owners(logs, keep_newest=_stack.KEEP_FAILED_LOGS)
+
+    assert sorted(removed) == sorted([*old[_stack.KEEP_FAILED_LOGS :], head_log])
+    assert sorted(logs.iterdir()) == sorted([*old[: _stack.KEEP_FAILED_LOGS], mine])

@@ -4,9 +4,13 @@ session down when told to, or when the owner dies.
 Run by the harness process as ``python supervisor.py SPEC_JSON`` in a new session (so it is the
 session leader and every process ``ng_run`` starts, Ray's included, shares its session id). Its
 stdin is a pipe from the owner: EOF means the owner is gone (even after SIGKILL), which is how a
-stack never outlives the process that started it. An owner that stops the supervisor on purpose
-writes a byte before closing the pipe; a bare EOF means the owner died, and the supervisor then also
-removes the paths in the spec's ``remove_if_owner_dies`` (the run folder, the Ray head's files).
+stack never outlives the process that started it.
+
+Files: once its session is down, the supervisor itself removes the spec's ``remove`` paths (the run
+folder, the Ray head's temporary folder), whoever stopped it, so they never outlive it even when the
+owner dies halfway through its own clean-up. The spec's ``logs`` are kept when the launch failed (the
+launcher exited on its own, or the owner wrote ``k`` before closing the pipe: it wants them for an
+error message) and removed otherwise (the owner wrote ``s``, a stop on purpose, or died without a word).
 
 Teardown: SIGINT to every process of the session (servers shut down gracefully on it), wait
 until the servers' ports are closed or ``grace_s`` passed, then SIGKILL every process left
@@ -65,11 +69,11 @@ def main() -> int:
     with open(spec["log"], "ab", buffering=0) as log:
         ng_run = subprocess.Popen(spec["argv"], cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
-        owner_stopping = threading.Event()
+        owner_said: list[bytes] = []
 
         def watch_owner() -> None:
-            while sys.stdin.buffer.read(1):
-                owner_stopping.set()  # the owner says it stops us, and tidies up itself
+            while byte := sys.stdin.buffer.read(1):
+                owner_said.append(byte)  # s: a stop on purpose; k: the same, keeping the logs
             stop.set()
 
         threading.Thread(target=watch_owner, daemon=True).start()
@@ -94,11 +98,20 @@ def main() -> int:
                 pass
         code = ng_run.wait()
         log.write(f"[verifiers_nemo supervisor] stopped (launcher exit {code})\n".encode())
-    if stop.is_set() and not owner_stopping.is_set():
-        # The owner died without a word (SIGKILL, crash): nobody else will remove its files.
-        for path in spec.get("remove_if_owner_dies", []):
-            shutil.rmtree(path, ignore_errors=True)
+    failed = not stop.is_set() or b"k" in owner_said  # the launcher exited on its own, or the owner keeps logs
+    for path in [*spec.get("remove", []), *([] if failed else spec.get("logs", []))]:
+        _remove(path)
     return 0
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":
