@@ -23,7 +23,7 @@ from ._errors import (
     RolloutTimeout,
     UpstreamError,
 )
-from ._gym_config import merged_configs, server_instances
+from ._gym_config import POLICY_MODEL, merged_configs, server_instances
 from ._proxy import RoutingProxy, get_proxy
 from ._result import (
     ROUTE_METADATA_KEY,
@@ -123,6 +123,7 @@ class NeMoGymHarness:
         self._lock = threading.Lock()
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._closed = False
+        self._external_reported = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -141,16 +142,38 @@ class NeMoGymHarness:
 
         return gym_root(self._gym_python)
 
+    def check(self) -> tuple[str, ...]:
+        """Raise now, starting nothing and writing nothing, what ``start()`` would refuse: an unknown
+        environment, one scored by a judge model, servers whose packages the Gym runtime lacks.
+
+        Returns why the environment may need an external service (a download, a credential...), for the
+        caller to show; ``start()`` then does not log it again."""
+        config_paths = self._resolve_config_paths()
+        external = self._refuse_judges(config_paths)
+        if not self._isolated_venvs:
+            from ._runtime import find_gym_runtime
+            from ._stack import check_requirements
+
+            instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
+            check_requirements(self.env_name, instances, find_gym_runtime(self._gym_python))
+        self._external_reported = True
+        return external
+
     def start(self) -> GymStack:
         """Start (or join) the shared proxy and stack; blocking. Safe to call repeatedly."""
         with self._lock:
             if self._closed:
                 raise ConfigurationError("This NeMoGymHarness is closed.")
+            if self._stack is None:
+                config_paths = self._resolve_config_paths()
+                external = self._refuse_judges(config_paths)  # before the proxy or anything else starts
+                if not self._external_reported:
+                    self._external_reported = True
+                    for reason in external:
+                        logger.warning("Gym environment %s may need an external service: %s", self.env_name, reason)
             if self._proxy is None:
                 self._proxy = get_proxy()  # one per process, lives until exit
             if self._stack is None:
-                config_paths = self._resolve_config_paths()
-                self._refuse_judges(config_paths)
                 config = StackConfig(
                     name=self.env_name,
                     config_paths=config_paths,
@@ -167,9 +190,10 @@ class NeMoGymHarness:
         stack.ensure_running()
         return stack
 
-    def _refuse_judges(self, config_paths: tuple[Path, ...]) -> None:
+    def _refuse_judges(self, config_paths: tuple[Path, ...]) -> tuple[str, ...]:
         """Refuse environments that score with a judge model: only policy calls are routed, and
-        judge calls must never reach the policy's endpoint. (The rule lives in ``classify_config``.)"""
+        judge calls must never reach the policy's endpoint. (The rule lives in ``classify_config``.)
+        Returns why the environment may need an external service."""
         from ._catalogue import classify_config
 
         judges, external = classify_config(merged_configs(list(config_paths)), self._gym_root())
@@ -179,8 +203,7 @@ class NeMoGymHarness:
                 "This harness routes only policy_model calls and will not send judge calls to the "
                 "policy's endpoint. Pick an environment without a judge (`verifiers-nemo envs --runnable`)."
             )
-        for reason in external:
-            logger.warning("Gym environment %s may need an external service: %s", self.env_name, reason)
+        return tuple(external)
 
     def _step_bound_overrides(self, config_paths: tuple[Path, ...]) -> list[str]:
         """Bound the steps of simple agents that set no bound (nemo-gym's default is unbounded)."""
@@ -460,7 +483,11 @@ class NeMoGymHarness:
         endpoints: Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint],
         **kwargs: Any,
     ) -> list[RolloutResult]:
-        """Blocking form of ``run`` for synchronous callers: all results, in completion order."""
+        """Blocking form of ``run`` for synchronous callers: all results, in completion order.
+
+        Called where an event loop already runs in this thread (a Jupyter cell, an async function),
+        it runs the rollouts on a loop of its own in a worker thread and blocks until they are done;
+        in async code, ``async for result in harness.run(...)`` does not block the loop."""
 
         async def collect() -> list[RolloutResult]:
             try:
@@ -470,7 +497,25 @@ class NeMoGymHarness:
                 if session is not None:
                     await session.close()
 
-        return asyncio.run(collect())
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(collect())
+        outcome: list[list[RolloutResult]] = []
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                outcome.append(asyncio.run(collect()))
+            except BaseException as exc:  # handed to the caller's thread below
+                failure.append(exc)
+
+        worker = threading.Thread(target=work, name=f"run_sync-{self.env_name}", daemon=True)
+        worker.start()
+        worker.join()
+        if failure:
+            raise failure[0]
+        return outcome[0]
 
 
 class _NotDelivered(Exception):
