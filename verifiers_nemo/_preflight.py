@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from ._errors import ConfigurationError
@@ -23,6 +24,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
 PREFLIGHT_TIMEOUT_S = 5.0
 _VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_API_ROUTES = ("/chat/completions", "/completions", "/responses", "/models")
+OPENAI_PREFIX = "/v1"
+"""Where OpenAI-compatible servers (vLLM, SGLang, TGI, OpenAI itself) serve their routes."""
 
 
 class PreflightError(ConfigurationError):
@@ -54,7 +58,14 @@ def check_base_url(url: str) -> str:
             f"-b {url!r} names a local server without a port (so port 80); local inference servers "
             "listen on a port such as 8000: http://127.0.0.1:8000/v1."
         )
-    return url.rstrip("/")
+    url = url.rstrip("/")
+    for route in _API_ROUTES:
+        if url.endswith(route) and len(url) > len(route):
+            raise PreflightError(
+                f"-b {url!r} is the URL of one API route; -b takes the base URL the routes hang from. "
+                f"Did you mean -b {url.removesuffix(route)}?"
+            )
+    return url
 
 
 def is_loopback(host: str) -> bool:
@@ -101,19 +112,18 @@ def resolve_api_key(var: str | None, environ: Mapping[str, str] | None = None) -
 async def list_models(base_url: str, key: ApiKey, *, timeout: float = PREFLIGHT_TIMEOUT_S) -> list[str] | None:
     """``GET {base_url}/models``: the model ids served, or None when the server does not list them.
 
-    Raises PreflightError when the server cannot be reached, refuses the key, or answers garbage.
+    Raises PreflightError when the server cannot be reached, refuses the key, answers garbage, or
+    answers only under ``{base_url}/v1`` (the usual OpenAI-compatible prefix, left out of ``-b``).
     """
     import aiohttp
 
     url = f"{base_url}/models"
     headers = {"Authorization": f"Bearer {key.value}"} if key.value else {}
     try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-            session.get(url, headers=headers, allow_redirects=True) as response,
-        ):
-            status = response.status
-            text = await response.text(errors="replace")
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+            status, text = await _get(session, url, headers)
+            if status in (404, 405) and not urlsplit(base_url).path.rstrip("/").endswith(OPENAI_PREFIX):
+                await _refuse_missing_prefix(session, base_url, headers)
     except TimeoutError:
         raise PreflightError(
             f"The endpoint {base_url} did not answer GET /models within {timeout:g}s. "
@@ -145,18 +155,45 @@ async def list_models(base_url: str, key: ApiKey, *, timeout: float = PREFLIGHT_
             "Is -b the server's OpenAI-compatible base URL (usually ending in /v1)?",
             usage=False,
         )
-    try:
-        import json
-
-        data = json.loads(text)
-        models = [str(m["id"]) for m in data["data"]]
-    except (ValueError, KeyError, TypeError):
+    models = _model_ids(text)
+    if models is None:
         raise PreflightError(
             f"{url} did not answer with an OpenAI model list ({text[:120]!r}). "
             "Is -b the OpenAI-compatible base URL (usually ending in /v1)?",
             usage=False,
-        ) from None
+        )
     return models
+
+
+async def _get(session: Any, url: str, headers: Mapping[str, str]) -> tuple[int, str]:
+    async with session.get(url, headers=headers, allow_redirects=True) as response:
+        return response.status, await response.text(errors="replace")
+
+
+async def _refuse_missing_prefix(session: Any, base_url: str, headers: Mapping[str, str]) -> None:
+    """``{base_url}/models`` is not there: when ``{base_url}/v1/models`` is (a model list, or a refused
+    key), ``-b`` left out the ``/v1`` prefix, and every rollout would fail with 404; say so now."""
+    import aiohttp
+
+    try:
+        status, text = await _get(session, f"{base_url}{OPENAI_PREFIX}/models", headers)
+    except (TimeoutError, aiohttp.ClientError):
+        return
+    if status in (401, 403) or (status == 200 and _model_ids(text) is not None):
+        raise PreflightError(
+            f"-b {base_url} answers GET /models with 404, but {base_url}{OPENAI_PREFIX}/models answers: "
+            f"the server serves the OpenAI API under {OPENAI_PREFIX}. Did you mean -b {base_url}{OPENAI_PREFIX}?"
+        )
+
+
+def _model_ids(text: str) -> list[str] | None:
+    """The ids of an OpenAI model list (``{"data": [{"id": ...}]}``), or None when ``text`` is none."""
+    import json
+
+    try:
+        return [str(m["id"]) for m in json.loads(text)["data"]]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _reason(exc: BaseException) -> str:
