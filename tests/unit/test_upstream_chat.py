@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
 import pytest
 
+from verifiers_nemo._gym_schema import validate_policy_reply
 from verifiers_nemo._upstream import (
     UpstreamFailure,
     chat_to_responses_reply,
@@ -45,13 +47,22 @@ def chat_reply(message: dict[str, Any], finish_reason: str = "stop", **extra: An
 
 
 def gym_validate(response: dict[str, Any]) -> Any:
-    """Validate with nemo-gym's own response model when nemo-gym is installed."""
-    openai_utils = pytest.importorskip("nemo_gym.openai_utils")
+    """Check ``response`` against the Gym schema we guarantee (any openai), and against nemo-gym's
+    own response model where nemo-gym is installed (returning its parsed model, else ``None``)."""
+    validate_policy_reply(response)
+    try:
+        openai_utils = importlib.import_module("nemo_gym.openai_utils")
+    except ImportError:
+        return None
     return openai_utils.NeMoGymResponse.model_validate(response)
 
 
 def gym_request(body: dict[str, Any]) -> None:
-    openai_utils = pytest.importorskip("nemo_gym.openai_utils")
+    """Check that a test's input is a request nemo-gym can send (where nemo-gym is installed)."""
+    try:
+        openai_utils = importlib.import_module("nemo_gym.openai_utils")
+    except ImportError:
+        return
     openai_utils.NeMoGymResponseCreateParamsNonStreaming.model_validate(body)
 
 
@@ -380,7 +391,18 @@ def test_vllm_token_ids_and_logprobs_are_read_and_attached_as_gym_training_field
         [7, 8],
         [-0.1, -0.2],
     )
-    validated = gym_validate(reply.response)
+    gym_validate(reply.response)
+
+
+def test_training_fields_make_nemo_gym_parse_its_training_item() -> None:
+    openai_utils = pytest.importorskip("nemo_gym.openai_utils")
+    data = chat_reply({"content": "ab"}, prompt_token_ids=[1, 2, 3])
+    data["choices"][0]["token_ids"] = [7, 8]
+    data["choices"][0]["logprobs"] = {"content": [{"token": "a", "logprob": -0.1}, {"token": "b", "logprob": -0.2}]}
+
+    response = chat_to_responses_reply(data, {"model": "m"}).response
+
+    validated = openai_utils.NeMoGymResponse.model_validate(response)
     assert type(validated.output[-1]).__name__ == "NeMoGymResponseOutputMessageForTraining"
 
 
