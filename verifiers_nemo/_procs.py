@@ -106,6 +106,11 @@ class PortReservation:
         self.ports = ports
         self._locks = locks
 
+    @property
+    def lock_paths(self) -> list[str]:
+        """The lock files, for a supervisor to remove once nobody holds them (its owner died)."""
+        return [str(path) for path, _ in self._locks]
+
     def release(self) -> None:
         locks, self._locks = self._locks, []
         for path, fd in locks:

@@ -75,6 +75,7 @@ class RayHead:
             "ports": [[HOST, self.gcs_port]],
             "remove": [str(self.temp_dir)],
             "logs": [str(self.log_path)],
+            "port_locks": self._ports.lock_paths,
         }
         self._supervisor = subprocess.Popen(
             [str(runtime.python), str(_GYM_SIDE / "supervisor.py"), json.dumps(spec)],

@@ -463,6 +463,7 @@ class GymStack:
             "ports": [[HOST, port] for _, port in servers.values()],
             "remove": [str(run_dir)],
             "logs": [str(log_dir)],
+            "port_locks": reservation.lock_paths,
         }
         logger.debug("Launching Gym stack %s: %s", self.config.name, argv)
         supervisor = subprocess.Popen(
