@@ -281,14 +281,25 @@ def summarize(
     }
 
 
-def replay_agreement(records: Iterable[Mapping[str, Any]], tolerance: float = 1e-6) -> dict[str, Any] | None:
+def replay_agreement(
+    records: Iterable[Mapping[str, Any]],
+    tolerance: float = 1e-6,
+    known: Callable[[int], str | None] | None = None,
+) -> dict[str, Any] | None:
     """How many replayed rollouts reproduced their recorded reward (None when none was replayed).
 
-    An errored rollout counts as not reproduced.
+    An errored rollout counts as not reproduced. Rollouts of a recording known not to reproduce
+    (``known(task_index)`` gives why) are left out of the comparison and listed under ``known``.
     """
-    compared, mismatches = 0, []
+    compared, mismatches, known_rows = 0, [], []
     for record in records:
         if "recorded_reward" not in record:
+            continue
+        reason = known(int(record["task_index"])) if known is not None else None
+        if reason:
+            known_rows.append(
+                {"task_index": record["task_index"], "rollout_index": record["rollout_index"], "reason": reason}
+            )
             continue
         compared += 1
         reward, recorded = record.get("reward"), record.get("recorded_reward")
@@ -305,9 +316,16 @@ def replay_agreement(records: Iterable[Mapping[str, Any]], tolerance: float = 1e
                     "recorded_reward": recorded,
                 }
             )
-    if not compared:
+    if not compared and not known_rows:
         return None
-    return {"compared": compared, "reproduced": compared - len(mismatches), "mismatches": mismatches[:20]}
+    agreement: dict[str, Any] = {
+        "compared": compared,
+        "reproduced": compared - len(mismatches),
+        "mismatches": mismatches[:20],
+    }
+    if known_rows:
+        agreement["known_unreproducible"] = sorted(known_rows, key=lambda r: (r["task_index"], r["rollout_index"]))
+    return agreement
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,7 +392,10 @@ def read_results(path: Path, *, repair: bool = False) -> tuple[list[dict[str, An
                     raise ValueError("not a rollout record (no task_index/rollout_index)")
             except ValueError as exc:
                 if any(rest.strip() for rest in lines[number:]):
-                    raise ConfigurationError(f"{path}:{number} is not a valid result line ({exc}).") from None
+                    raise ConfigurationError(
+                        f"{path}:{number} is not a valid result line ({exc}). Delete that line (its rollout "
+                        "then runs again when the run is resumed) or fix it, then resume."
+                    ) from None
                 truncated = True
                 break
             records.append(record)
@@ -459,9 +480,21 @@ class ResultsFolder:
         os.replace(tmp, self.metadata_path)
 
     def open_for_append(self) -> None:
+        """Open ``results.jsonl`` for new lines, locked; the folder must be writable (metadata.json
+        is replaced in it), else one ConfigurationError naming the folder."""
         if self._file is not None:
             return
-        handle = open(self.results_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        probe = self.path / f".write-test-{secrets.token_hex(4)}"
+        try:
+            probe.touch()
+            probe.unlink()
+            handle = open(self.results_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        except OSError as exc:
+            where = self.path if exc.filename in (None, str(probe)) else exc.filename
+            raise ConfigurationError(
+                f"cannot write to the run folder {self.path} ({exc.strerror}: {where}); the run saves its "
+                "rollouts there. Make it writable, or copy the folder somewhere writable and pass that copy."
+            ) from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -521,9 +554,8 @@ class Evaluation:
 
     def __init__(self, settings: EvalSettings, *, api_key: str | None = None) -> None:
         self.settings = settings
-        self._api_key = api_key
-        if api_key:
-            register_api_key(api_key)  # before the stack starts: Gym processes must not inherit it
+        self._api_key: str | None = None
+        self.use_api_key(api_key)
         self.env: NeMoGymEnv | None = None
         self.tasks: list[Task] = []
         self._replay: ReplayUpstream | None = None
@@ -564,6 +596,18 @@ class Evaluation:
         if not self.tasks:
             raise ConfigurationError(f"{s.nemo_env}: the dataset has no tasks.")
         return self.tasks
+
+    def use_api_key(self, api_key: str | None) -> None:
+        """The endpoint's API key (call before ``start``: Gym processes must not inherit it)."""
+        self._api_key = api_key
+        if api_key:
+            register_api_key(api_key)
+
+    def check(self) -> tuple[str, ...]:
+        """Raise now what starting the stack would refuse (judge-scored environment, missing packages);
+        starts nothing. Returns why the environment may need an external service."""
+        assert self.env is not None, "load() first"
+        return self.env.harness.check()
 
     @property
     def expected_pairs(self) -> list[Pair]:

@@ -460,12 +460,20 @@ def _resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSett
         if name in given and given[name] != getattr(saved, name):
             raise ConfigurationError(
                 f"{flags.get(name, name)} {given[name]!r} differs from the resumed run's "
-                f"{getattr(saved, name)!r}; a resumed run keeps its settings (start a new run to change it)."
+                f"{_saved_value(name, getattr(saved, name))}; a resumed run keeps its settings "
+                "(start a new run to change it)."
             )
     if saved.policy == "replay" and args.base_url:
         raise ConfigurationError("the resumed run replays recorded rollouts; drop -b.")
     changes = {k: v for k, v in given.items() if k not in RUN_DEFINING}
     return replace(saved, **changes)
+
+
+def _saved_value(name: str, value: Any) -> str:
+    """A saved setting as the user would say it (None and empty values mean the default)."""
+    if value is None or value == {}:
+        return {"num_examples": "(all examples)", "model": "(no model)"}.get(name, "(not set)")
+    return repr(value)
 
 
 def _columns(stream: TextIO) -> int:
@@ -599,23 +607,27 @@ def _prepare_settings(args: argparse.Namespace) -> tuple[EvalSettings, ResultsFo
 
 
 def _check_environment(settings: EvalSettings) -> None:
-    """The Gym environment exists and can run this policy; warn about what it needs beyond Gym."""
+    """The Gym environment exists and can run this policy (else a refusal, before anything starts or is
+    written)."""
     from ._catalogue import get_environment
 
     env = get_environment(settings.nemo_env)
-    if settings.policy == "replay" and not env.has_example_rollouts:
+    own_recordings = "jsonl_path" in settings.env_args
+    if settings.policy == "replay" and not env.has_example_rollouts and not own_recordings:
         raise ConfigurationError(
             f"{env.name} has no recorded rollouts to replay ({env.example_rollouts_path} is missing or "
             "empty); evaluate a model with -b URL -m MODEL instead."
         )
-    if env.needs_judge:
-        _say(
-            f"note: {env.name} scores with a judge model ({', '.join(env.judge_models)}); rollouts may fail without it."
+    reason = _replay_note(env.name)
+    if settings.policy == "replay" and reason and not own_recordings:
+        raise ConfigurationError(
+            f"{env.name}'s recorded rollouts cannot be replayed: {reason} (marked † in `{PROG} envs`). "
+            "Evaluate a model on it instead: -b URL -m MODEL."
         )
-    if env.needs_external:
-        _say(f"note: {env.name} needs more than this machine: {'; '.join(env.external_reasons)}.")
-    if env.requirements:
-        _say(f"note: {env.name} needs packages beyond nemo-gym: {', '.join(env.requirements)}.")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _run_eval(
@@ -625,63 +637,119 @@ def _run_eval(
     metadata: dict[str, Any],
     wall_start: float,
 ) -> int:
+    from ._errors import MissingRequirementsError
     from ._eval import Evaluation, dedupe_records, read_results
     from ._preflight import PreflightError, check_base_url, preflight, resolve_api_key
 
-    api_key: str | None = None
+    resuming = folder is not None
+    previous: list[dict[str, Any]] = []
+    notes: list[str] = []
     try:
         if settings.policy == "endpoint":
             assert settings.base_url is not None
             settings.base_url = check_base_url(settings.base_url)
-            key = resolve_api_key(settings.api_key_var)
-            api_key = key.value
+            key = resolve_api_key(settings.api_key_var) if not resuming else None
         _check_environment(settings)
-        if settings.policy == "endpoint":
+        if settings.policy == "endpoint" and key is not None:
             settings.model = preflight(settings.base_url, settings.model or None, key)
-        evaluation = Evaluation(settings, api_key=api_key)
-        evaluation.load()
-    except PreflightError as exc:
-        return _fail(str(exc), EXIT_USAGE if exc.usage else EXIT_FAILED)
-    except VerifiersNemoError as exc:
-        return _fail(str(exc))
-
-    expected = evaluation.expected_pairs
-    previous: list[dict[str, Any]] = []
-    try:
-        if folder is not None:  # resume
+        evaluation = Evaluation(settings)
+        tasks = evaluation.load()
+        expected = evaluation.expected_pairs
+        examples = len(expected) // settings.rollouts_per_example
+        if not resuming and settings.num_examples and settings.num_examples > examples:
+            source = evaluation.env.taskset.path.name if evaluation.env is not None else "the dataset"
+            _say(f"note: -n {settings.num_examples}, but {source} has {_plural(examples, 'example')}; running all.")
+        if folder is not None:  # resume: what is done already (read only, so a finished run needs no write)
+            records, truncated = read_results(folder.results_path)
+            previous, duplicates, unexpected = dedupe_records(records, set(expected))
+            done = {(int(r["task_index"]), int(r["rollout_index"])) for r in previous}
+            if not truncated and all(pair in done for pair in expected):
+                return _show_finished(settings, folder, metadata, previous, len(expected))
+            if settings.policy == "endpoint":
+                assert settings.base_url is not None
+                key = resolve_api_key(settings.api_key_var)
+                settings.model = preflight(settings.base_url, settings.model or None, key)
+        external = evaluation.check()  # judge-scored environment, missing packages: refused before anything starts
+        if external:
+            notes.insert(0, f"note: {settings.nemo_env} needs more than this machine: {'; '.join(external)}.")
+        if settings.policy == "endpoint":
+            evaluation.use_api_key(key.value)
+        if folder is not None:
             folder.open_for_append()
             records, truncated = read_results(folder.results_path, repair=True)
             previous, duplicates, unexpected = dedupe_records(records, set(expected))
             if truncated:
-                _say(
+                notes.append(
                     "note: the last line of results.jsonl was cut off (the run was killed while writing it); "
                     "that rollout runs again"
                 )
             if duplicates or unexpected:
-                _say(f"note: ignoring {duplicates} duplicate and {unexpected} unexpected lines in results.jsonl")
+                notes.append(
+                    f"note: ignoring {duplicates} duplicate and {unexpected} unexpected lines in results.jsonl"
+                )
         elif args.save:
             from ._eval import DEFAULT_OUTPUT_DIR, ResultsFolder
 
             folder = ResultsFolder.create(args.output_dir or DEFAULT_OUTPUT_DIR, settings.env, settings.model)
             folder.open_for_append()
+    except PreflightError as exc:
+        return _fail(str(exc), EXIT_USAGE if exc.usage else EXIT_FAILED)
+    except MissingRequirementsError as exc:
+        env_args = {**settings.env_args, "isolated_venvs": True}
+        return _fail(exc.describe(f"add -a '{json.dumps(env_args)}'"), EXIT_FAILED)
     except VerifiersNemoError as exc:
         return _fail(str(exc))
 
+    for note in notes:
+        _say(note)
     done = {(int(r["task_index"]), int(r["rollout_index"])) for r in previous}
-    pending = [t for t in evaluation.tasks if (t.task_index, t.rollout_index) not in done]
+    pending = [t for t in tasks if (t.task_index, t.rollout_index) not in done]
     if settings.policy == "replay":
         header = f"{settings.nemo_env} with the replay policy (its recorded rollouts answer)"
     else:
         header = f"{settings.nemo_env} with {settings.model} @ {settings.base_url} ({settings.api} API)"
     _say(
-        f"Evaluating {header}: {len(expected) // settings.rollouts_per_example} examples x "
-        f"{settings.rollouts_per_example} rollouts = {len(expected)}"
+        f"Evaluating {header}: {_plural(examples, 'example')} x {_plural(settings.rollouts_per_example, 'rollout')}"
+        f" = {len(expected)}"
         + (f" ({len(pending)} to run)" if previous else "")
         + (f"; saving to {folder.path}" if folder else "")
     )
-    if settings.policy == "replay" and _replay_note(settings.nemo_env):
-        _say(f"note: {settings.nemo_env}'s recordings are known not to reproduce: {_replay_note(settings.nemo_env)}")
+    if settings.policy == "replay":
+        known = sorted({t.task_index for t in pending if _replay_note(settings.nemo_env, t.task_index)})
+        for task_index in known:
+            _say(
+                f"note: the recording of task {task_index} is known not to reproduce "
+                f"({_replay_note(settings.nemo_env, task_index)}); it is left out of the replay verdict."
+            )
     return asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start))
+
+
+def _show_finished(
+    settings: EvalSettings,
+    folder: ResultsFolder,
+    metadata: dict[str, Any],
+    records: list[dict[str, Any]],
+    expected: int,
+) -> int:
+    """``-R`` of a run with nothing left to run: its summary as saved (no endpoint check, no stack, and its
+    sessions' real timings), writing nothing unless its status was not ``finished`` yet."""
+    sessions = list(metadata.get("sessions", []))
+    updated = _metadata(metadata, settings, folder, expected, [_slim(r) for r in records], sessions)
+    updated["status"] = "finished"
+    if metadata.get("status") != "finished":
+        with contextlib.suppress(OSError):
+            folder.write_metadata(updated)
+    _say(f"All {len(records)} rollouts of {folder.path} are already done; nothing to run.")
+    print(format_summary(updated), flush=True)
+    return _exit_status(updated)
+
+
+def _exit_status(metadata: Mapping[str, Any]) -> int:
+    rollouts = metadata["summary"]["rollouts"]
+    if rollouts["total"] and rollouts["scored"] == 0:
+        _say(f"{PROG}: every rollout failed ({rollouts['errored']}); see Errors in the summary.")
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def _slim(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -768,18 +836,13 @@ async def _execute(
         _say(f"{PROG}: error: {failure}")
     if records:
         print(format_summary(metadata), flush=True)
-    summary = metadata["summary"]
-    scored, errored = summary["rollouts"]["scored"], summary["rollouts"]["errored"]
     if received:
         hint = f" Resume with: {PROG} eval -R {folder.path}" if folder is not None else " (use -s to be able to resume)"
         _say(f"Interrupted: {len(records)} of {metadata['counts']['expected']} rollouts done.{hint}")
         return 128 + received[0]
     if failure is not None:
         return EXIT_FAILED
-    if records and scored == 0:
-        _say(f"{PROG}: every rollout failed ({errored}); see Errors in the summary.")
-        return EXIT_FAILED
-    return EXIT_OK
+    return _exit_status(metadata)
 
 
 def _metadata(
@@ -798,7 +861,7 @@ def _metadata(
     )
     current = sessions[-1] if sessions else {}
     summary["timing"] = timing_summary(sessions, current.get("wall_s") or 0.0)
-    agreement = replay_agreement(records)
+    agreement = replay_agreement(records, known=lambda row: _replay_note(settings.nemo_env, row))
     if agreement is not None:
         summary["replay"] = agreement
     return {
@@ -844,7 +907,7 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
     row(
         "Rollouts",
         f"{rollouts['total']} of {counts['expected']} "
-        f"({rollouts['examples']} examples x {settings['rollouts_per_example']})",
+        f"({_plural(rollouts['examples'], 'example')} x {settings['rollouts_per_example']})",
         f"{rollouts['scored']} scored",
         f"{rollouts['errored']} errored",
     )
@@ -887,6 +950,14 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         for m in replay["mismatches"][:5]:
             row("", f"task {m['task_index']} rollout {m['rollout_index']}: reward {m['reward']}, "
                 f"recorded {m['recorded_reward']}")  # fmt: skip
+        known = replay.get("known_unreproducible") or []
+        if known:
+            tasks = sorted({k["task_index"] for k in known})
+            row(
+                "",
+                f"left out: {_plural(len(known), 'rollout')} of {'task' if len(tasks) == 1 else 'tasks'} "
+                f"{', '.join(map(str, tasks))}, whose recording is known not to reproduce ({known[0]['reason']})",
+            )
     if metadata.get("path"):
         row("Results", metadata["path"])
     row("Status", _status_line(metadata))
@@ -989,10 +1060,11 @@ def _dagger(row: dict[str, Any], key: str) -> str:
     return "†" if key == "recorded" and row["recorded"] and row["replay_not_reproducible"] else ""
 
 
-def _replay_note(name: str) -> str | None:
+def _replay_note(name: str, row: int | None = None) -> str | None:
+    """Why the recordings of ``name`` (all of them; with ``row``, also that one's) cannot reproduce."""
     from ._replay import unreproducible_reason
 
-    return unreproducible_reason(name)
+    return unreproducible_reason(name, row)
 
 
 def _dataset_names(datasets: Sequence[Any]) -> list[str]:
