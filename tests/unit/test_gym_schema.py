@@ -313,3 +313,38 @@ def test_mutated_replies_we_accept_are_accepted_by_nemo_gym(name: str) -> None:
     assert checked > 200
     assert lenient == [], f"accepted what nemo-gym refuses at {sorted(set(lenient))[:10]}"
     assert undocumented == [], f"refused what nemo-gym accepts at {sorted(set(undocumented))[:10]}"
+
+
+@needs_nemo_gym
+def test_every_recorded_model_output_of_the_packaged_environments_passes_both_schemas() -> None:
+    """The model outputs of nemo-gym's own recorded rollouts (what the replay policy serves)."""
+    from pathlib import Path
+
+    from verifiers_nemo._replay import _written_by_agent
+
+    assert _gym is not None
+    recordings = sorted((Path(_gym.__file__).parents[1] / "resources_servers").glob("*/data/example_rollouts.jsonl"))
+    refused: list[str] = []
+    checked = 0
+    for path in recordings:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.lstrip().startswith("{"):
+                continue  # blank lines, and the "<PLACEHOLDER ROW>" lines a few packages ship
+            output = (json.loads(line).get("response") or {}).get("output") or []
+            items = [item for item in output if isinstance(item, dict) and not _written_by_agent(item)]
+            reply = {
+                "id": "resp_1",
+                "created_at": 1,
+                "object": "response",
+                "model": "m",
+                "output": items,
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+            }
+            checked += 1
+            if not (ours_accepts(reply) and gym_accepts(reply)):
+                refused.append(f"{path.parents[1].name}:{number}")
+
+    assert len(recordings) > 50 and checked > 200
+    assert refused == []
