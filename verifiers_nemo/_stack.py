@@ -521,10 +521,12 @@ class GymStack:
             text = ""
         crashed = re.findall(r"Process `([^`]+)` finished unexpectedly", text)
         own = self._server_lines(launch, crashed[-1]) if crashed else []
+        if crashed and not own:
+            return f"Gym server {crashed[-1]} exited while the stack started, without any output of its own."
         if not own:
-            who = f"Gym server {crashed[-1]}" if crashed else f"Gym stack {self.config.name}"
-            tail = "\n".join(_without_traceback_frames(text.splitlines())[-25:]) or "(no output)"
-            return f"{who} exited while the stack started. The launcher's last lines:\n{tail}"
+            lines = [line for line in text.splitlines() if line.strip() and not _ROUTINE.search(line)]
+            tail = "\n".join(_without_traceback_frames(lines)[-25:]) or "(no output)"
+            return f"Gym stack {self.config.name} exited while starting. The launcher's last lines:\n{tail}"
         return f"Gym server {crashed[-1]} exited while the stack started. Its last lines:\n" + "\n".join(
             f"  {line}" for line in own
         )
