@@ -237,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help="more sampling args as a JSON object, e.g. '{\"top_p\": 0.95}' (-t/-T win over the same keys)",
     )
+    sampling.add_argument(
+        "--return-tokens",
+        dest="return_tokens",
+        action="store_true",
+        help="ask the vLLM server for prompt/completion token IDs and logprobs (either --api), recorded "
+        "in each policy call of the trace (--save-trace); vLLM-only request fields",
+    )
 
     out = ev.add_argument_group("results")
     out.add_argument(
@@ -393,6 +400,8 @@ def _sampling_args(args: argparse.Namespace) -> dict[str, Any]:
         sampling["max_tokens"] = args.max_tokens
     if args.temperature is not None:
         sampling["temperature"] = args.temperature
+    if getattr(args, "return_tokens", False):
+        sampling["return_tokens"] = True  # Endpoint.return_tokens, as a sampling arg
     return sampling
 
 

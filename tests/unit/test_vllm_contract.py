@@ -423,3 +423,20 @@ def _retokenized(api: str, first: dict[str, Any], continuation: list[int]) -> by
     completion = first["choices"][0]["token_ids"] if api == "chat" else first["output_messages"][0]["tokens"]
     prompt[n + len(completion) - 1] += 1
     return json.dumps(reply).encode()
+
+
+def test_cli_return_tokens_flag_is_the_return_tokens_sampling_arg() -> None:
+    from verifiers_nemo._harness import split_sampling_args
+    from verifiers_nemo.cli import _new_settings, build_parser
+
+    def settings(*flags: str) -> Any:
+        argv = ["eval", "example_multi_step", "-b", "http://127.0.0.1:9/v1", "--api", "chat", *flags]
+        return _new_settings(build_parser().parse_args(argv))
+
+    assert settings("--return-tokens", "-S", '{"top_logprobs": 1}').sampling_args == {
+        "top_logprobs": 1,
+        "return_tokens": True,
+    }
+    assert "return_tokens" not in settings().sampling_args
+    # The harness puts it on the route (not in Gym's row), where the upstream reads and removes it.
+    assert split_sampling_args(settings("--return-tokens").sampling_args) == ({}, {"return_tokens": True})
