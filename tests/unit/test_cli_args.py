@@ -222,6 +222,16 @@ def test_resume_refuses_flags_that_change_the_run(argv: list[str], message: str)
     assert message in str(info.value)
 
 
+def test_resume_says_all_examples_where_the_saved_run_had_no_n() -> None:
+    from dataclasses import replace
+
+    with pytest.raises(ConfigurationError) as info:
+        _resumed_settings(_args("-R", "x", "-n", "3"), replace(_saved(), num_examples=None))
+
+    assert "-n 3 differs from the resumed run's (all examples)" in str(info.value)
+    assert "None" not in str(info.value)
+
+
 # ---- preflight pieces
 
 
@@ -240,6 +250,37 @@ def test_check_base_url_refuses_urls_that_cannot_work(url: str, message: str) ->
         check_base_url(url)
 
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("route", ["/chat/completions", "/responses", "/models"])
+def test_check_base_url_refuses_the_url_of_one_route_naming_the_base(route: str) -> None:
+    with pytest.raises(PreflightError) as info:
+        check_base_url(f"http://127.0.0.1:8000/v1{route}")
+
+    assert info.value.usage and "Did you mean -b http://127.0.0.1:8000/v1?" in str(info.value)
+
+
+async def test_a_base_url_without_v1_on_a_server_that_serves_only_v1_is_refused(fake: FakeUpstream) -> None:
+    without = fake.base_url.removesuffix("/v1")
+
+    with pytest.raises(PreflightError) as info:
+        await list_models(without, ApiKey(None, "OPENAI_API_KEY", False))
+
+    assert info.value.usage
+    assert f"Did you mean -b {without}/v1?" in str(info.value)
+
+
+async def test_a_server_without_a_model_list_anywhere_is_still_used() -> None:
+    app = web.Application()  # answers 404 to everything, /v1/models included
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        assert await list_models(f"http://127.0.0.1:{port}", ApiKey(None, "OPENAI_API_KEY", False)) is None
+    finally:
+        await runner.cleanup()
 
 
 def test_check_base_url_accepts_remote_hosts_without_port_and_strips_the_slash() -> None:

@@ -161,6 +161,23 @@ def test_replay_agreement_reports_mismatches_and_errors() -> None:
     assert replay_agreement([record(0, 0, 1.0)]) is None
 
 
+def test_replay_agreement_leaves_known_unreproducible_rows_out_of_the_verdict() -> None:
+    records = [
+        record(0, 0, 1.0, recorded_reward=1.0),
+        record(2, 0, None, recorded_reward=0.0),  # its recording is known not to reproduce
+        record(3, 0, 0.0, recorded_reward=0.0),
+    ]
+
+    agreement = replay_agreement(records, known=lambda row: "ends in a reasoning item" if row == 2 else None)
+
+    assert agreement == {
+        "compared": 2,
+        "reproduced": 2,
+        "mismatches": [],
+        "known_unreproducible": [{"task_index": 2, "rollout_index": 0, "reason": "ends in a reasoning item"}],
+    }
+
+
 def test_timing_summary_uses_the_current_session() -> None:
     sessions = [
         {"wall_s": 10.0, "stack_start_s": 5.0, "rollouts": 4, "rollouts_s": 2.0},
@@ -227,8 +244,9 @@ def test_read_results_names_file_and_line_of_a_corrupt_middle_line(tmp_path: Pat
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(record(0, 0, 1.0)) + "\nnot json\n" + json.dumps(record(0, 1, 1.0)) + "\n")
 
-    with pytest.raises(ConfigurationError, match=r"results\.jsonl:2 is not a valid result line"):
+    with pytest.raises(ConfigurationError, match=r"results\.jsonl:2 is not a valid result line") as info:
         read_results(path)
+    assert "Delete that line (its rollout then runs again" in str(info.value)  # the fix is named
 
 
 def test_read_results_of_a_missing_file_is_empty(tmp_path: Path) -> None:

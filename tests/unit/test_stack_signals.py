@@ -182,3 +182,53 @@ def test_logs_of_dead_owners_keep_only_the_newest(tmp_path: Path) -> None:
 
     assert sorted(removed) == sorted([*old[_stack.KEEP_FAILED_LOGS :], head_log])
     assert sorted(logs.iterdir()) == sorted([*old[: _stack.KEEP_FAILED_LOGS], mine])
+
+
+BCB_SERVER_LOG = """\
+Connecting to Ray cluster at specified address: 127.0.0.1:23216
+2026-11-22 21:00:33,044\tINFO worker.py:1841 -- Connecting to existing Ray cluster at address: 127.0.0.1:23216...
+error: Failed to inspect Python interpreter from search path at `/root/.pyenv/shims/python3.10`
+  cause: Querying Python at `/root/.pyenv/shims/python3.10` failed with exit status exit status: 127
+
+         [stderr]
+         pyenv: python3.10: command not found
+Traceback (most recent call last):
+  File "resources_servers/bigcodebench/app.py", line 174, in <module>
+    BigCodeBenchResourcesServer.run_webserver()
+  File "/usr/lib/python3.12/subprocess.py", line 413, in check_call
+    raise CalledProcessError(retcode, cmd)
+subprocess.CalledProcessError: Command '['uv', 'venv', '--seed', '--python', '3.10']' returned non-zero exit status 2.
+"""
+NG_RUN_LOG = """\
+(bigcodebench_simple_agent) INFO:     Started server process [4996]
+2 / 3 servers ready. Waiting for servers to spin up: ['bigcodebench']
+RuntimeError: Process `bigcodebench` finished unexpectedly!
+(bigcodebench_simple_agent) INFO:     Shutting down
+"""
+
+
+def _failed_launch(stack: GymStack, tmp_path: Path, server_log: str | None) -> _Launch:
+    launch = _fake_launch(stack, tmp_path, {"bigcodebench": _free_port()})
+    launch.log_path = tmp_path / "logs" / "run" / "ng_run.log"
+    (launch.log_path.parent / _stack.SERVER_LOGS).mkdir(parents=True)
+    # ng_run's own log interleaves the server's unprefixed output with everything else
+    launch.log_path.write_text(NG_RUN_LOG if server_log is None else server_log + NG_RUN_LOG)
+    if server_log is not None:
+        (launch.log_path.parent / _stack.SERVER_LOGS / "bigcodebench.log").write_text(server_log)
+    return launch
+
+
+def test_start_failure_summary_carries_the_crashed_servers_own_output(stack: GymStack, tmp_path: Path) -> None:
+    summary = stack._failure_summary(_failed_launch(stack, tmp_path, BCB_SERVER_LOG))
+
+    assert summary.startswith("Gym server bigcodebench exited while the stack started. Its last lines:\n")
+    assert "pyenv: python3.10: command not found" in summary  # the cause
+    assert "subprocess.CalledProcessError: Command" in summary  # what it led to
+    assert "File " not in summary and "Traceback" not in summary  # frames stay in the full log
+    assert "INFO worker.py" not in summary and "Connecting to Ray" not in summary  # routine chatter
+
+
+def test_start_failure_summary_of_a_silent_server_says_it_printed_nothing(stack: GymStack, tmp_path: Path) -> None:
+    summary = stack._failure_summary(_failed_launch(stack, tmp_path, ""))
+
+    assert summary == "Gym server bigcodebench exited while the stack started, without any output of its own."
