@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import random
@@ -97,99 +98,90 @@ SERVER_PORT_RANGE = (20000, 32767)
 
 
 class PortReservation:
-    """Ports held for one stack: free when chosen, and locked (a lock file per port) so that other
-    processes using this package skip them until ``release()`` or this process's exit. A lock file
-    lives only while its port is held: ``release()`` removes it, and ``reserve_ports`` sweeps those a
-    dead process left behind."""
+    """Ports held for one stack: free when chosen, and held across processes until ``release()`` or this
+    process's end. A hold is an abstract Unix socket bound to a name per port (Linux): the kernel drops it
+    the moment its holder exits, however it exits, and nothing is ever written to disk."""
 
-    def __init__(self, ports: list[int], locks: list[tuple[Path, int]]) -> None:
+    def __init__(self, ports: list[int], holds: list[socket.socket]) -> None:
         self.ports = ports
-        self._locks = locks
-
-    @property
-    def lock_paths(self) -> list[str]:
-        """The lock files, for a supervisor to remove once nobody holds them (its owner died)."""
-        return [str(path) for path, _ in self._locks]
+        self._holds = holds
 
     def release(self) -> None:
-        locks, self._locks = self._locks, []
-        for path, fd in locks:
-            _unlock_and_remove(path, fd)
+        holds, self._holds = self._holds, []
+        for hold in holds:
+            hold.close()
 
 
-def _lock(path: Path) -> int | None:
-    """An exclusive lock on the lock file ``path`` (created if need be), or None when another process
-    holds it. The file may be removed by its holder between our open and our lock: then the lock is on
-    a file nobody else will find, so it is retried on the file now at ``path``."""
-    for _ in range(10):
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return None
-        try:
-            same = os.path.samestat(os.fstat(fd), os.stat(path))
-        except OSError:
-            same = False
-        if same:
-            return fd
-        os.close(fd)
-    return None
-
-
-def _unlock_and_remove(path: Path, fd: int) -> None:
-    """Remove a lock file while holding its lock (whoever opens it next finds it gone, see ``_lock``)."""
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    with contextlib.suppress(OSError):
-        os.close(fd)
-
-
-def sweep_port_locks(lock_dir: Path) -> int:
-    """Remove the lock files no process holds (left by a process that died); returns how many."""
-    removed = 0
+def _hold(name: str) -> socket.socket | None:
+    """Bind the abstract socket ``name`` (not inherited by children), or None when another process holds it."""
+    hold = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        paths = [p for p in lock_dir.iterdir() if p.suffix == ".lock"]
+        hold.bind("\0" + name)
     except OSError:
-        return 0
-    for path in paths:
-        fd = _lock(path)
-        if fd is not None:
-            _unlock_and_remove(path, fd)
-            removed += 1
-    return removed
+        hold.close()
+        return None
+    return hold
 
 
-def reserve_ports(count: int, lock_dir: Path, host: str = "127.0.0.1") -> PortReservation:
-    """``count`` distinct free ports from ``SERVER_PORT_RANGE``, reserved across processes."""
+def port_hold_name(port: int, scope: str | os.PathLike[str] | None = None) -> str:
+    """The abstract socket name that holds ``port``: machine-wide, or within ``scope`` when one is given."""
+    if scope is None:
+        return f"verifiers-nemo/port/{port}"
+    digest = hashlib.sha256(os.fsencode(os.path.abspath(scope))).hexdigest()[:16]
+    return f"verifiers-nemo/port/{digest}/{port}"
+
+
+def reserve_ports(count: int, scope: str | os.PathLike[str] | None = None, host: str = "127.0.0.1") -> PortReservation:
+    """``count`` distinct free ports from ``SERVER_PORT_RANGE``, held across the processes of this machine
+    (or only among those that name the same ``scope``) until released."""
     low, high = SERVER_PORT_RANGE
     eph_low, eph_high = _ephemeral_range()
     candidates = [p for p in range(low, high + 1) if not eph_low <= p <= eph_high]
     random.SystemRandom().shuffle(candidates)
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    sweep_port_locks(lock_dir)
     ports: list[int] = []
-    locks: list[tuple[Path, int]] = []
+    holds: list[socket.socket] = []
     for port in candidates:
         if len(ports) == count:
             break
-        path = lock_dir / f"{port}.lock"
-        fd = _lock(path)
-        if fd is None:
+        hold = _hold(port_hold_name(port, scope))
+        if hold is None:
             continue
         with socket.socket() as probe:
             try:
                 probe.bind((host, port))
             except OSError:
-                _unlock_and_remove(path, fd)
+                hold.close()
                 continue
         ports.append(port)
-        locks.append((path, fd))
+        holds.append(hold)
     if len(ports) < count:
-        PortReservation(ports, locks).release()
+        PortReservation(ports, holds).release()
         raise OSError(f"no {count} free ports in {low}-{high} on {host}")
-    return PortReservation(ports, locks)
+    return PortReservation(ports, holds)
+
+
+def remove_legacy_port_locks(lock_dir: Path) -> None:
+    """Remove the ``<port>.lock`` files earlier versions kept (one per port ever tried) that no process
+    holds any more, and their folder once it is empty."""
+    try:
+        paths = [p for p in lock_dir.iterdir() if p.suffix == ".lock"]
+    except OSError:
+        return
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                path.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        lock_dir.rmdir()
 
 
 def stop_supervised(

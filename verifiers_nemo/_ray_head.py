@@ -46,7 +46,7 @@ class RayHead:
     def __init__(self, runtime: GymRuntime, env: dict[str, str]) -> None:
         self.runtime = runtime
         self.token = secrets.token_hex(32)
-        self._ports: PortReservation | None = reserve_ports(3, cache_dir() / "ports")
+        self._ports: PortReservation | None = reserve_ports(3)
         self.gcs_port, client_port, agent_port = self._ports.ports
         tmp = Path(tempfile.gettempdir())
         sweep_dead_owners(tmp, prefix=TEMP_PREFIX)
@@ -75,7 +75,6 @@ class RayHead:
             "ports": [[HOST, self.gcs_port]],
             "remove": [str(self.temp_dir)],
             "logs": [str(self.log_path)],
-            "port_locks": self._ports.lock_paths,
         }
         self._supervisor = subprocess.Popen(
             [str(runtime.python), str(_GYM_SIDE / "supervisor.py"), json.dumps(spec)],

@@ -45,6 +45,7 @@ from ._procs import (
     PortReservation,
     port_accepts,
     port_state,
+    remove_legacy_port_locks,
     remove_path,
     reserve_ports,
     rss_bytes,
@@ -410,6 +411,7 @@ class GymStack:
         links = self._link_venvs(runtime, isolated)
         sweep_run_dirs(cache_dir() / "runs")
         sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
+        remove_legacy_port_locks(cache_dir() / "ports")
         run_id = f"{_safe_name(self.config.name)}-{os.getpid()}-{secrets.token_hex(4)}"
         run_dir = cache_dir() / "runs" / run_id
         log_dir = logs_dir() / run_id
@@ -435,7 +437,7 @@ class GymStack:
                 }
             )
         )
-        reservation = reserve_ports(1 + len(self._instances), cache_dir() / "ports")
+        reservation = reserve_ports(1 + len(self._instances))
         head_port, *ports = reservation.ports
         servers = {i.name: (i, port) for i, port in zip(self._instances, ports, strict=True)}
         config_paths = ",".join(str(Path(p).resolve()) for p in (*self.config.config_paths, policy_yaml))
@@ -463,7 +465,6 @@ class GymStack:
             "ports": [[HOST, port] for _, port in servers.values()],
             "remove": [str(run_dir)],
             "logs": [str(log_dir)],
-            "port_locks": reservation.lock_paths,
         }
         logger.debug("Launching Gym stack %s: %s", self.config.name, argv)
         supervisor = subprocess.Popen(

@@ -1,75 +1,80 @@
-"""Port reservations across processes: a lock file per held port, and none left once it is released
-or its holder is gone (a machine that ran many evals used to keep hundreds)."""
+"""Port reservations across processes: held by abstract Unix sockets, so nothing is ever written to disk
+and a holder's ports are free again the moment it exits, however it exits (a machine that ran many evals
+used to keep a lock file for every port ever tried: hundreds)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-from verifiers_nemo._procs import reserve_ports, sweep_port_locks
+from verifiers_nemo._procs import remove_legacy_port_locks, reserve_ports
+
+REPO = Path(__file__).parents[2]
 
 
-def test_released_ports_leave_no_lock_file(tmp_path: Path) -> None:
-    reservation = reserve_ports(3, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{port}.lock" for port in reservation.ports)
-
-    reservation.release()
-
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_lock_files_of_dead_holders_are_swept_and_held_ones_kept(tmp_path: Path) -> None:
-    held = reserve_ports(1, tmp_path)
-    stale = [tmp_path / f"{port}.lock" for port in (20001, 20002, 20003) if port != held.ports[0]]
-    for path in stale:  # what a killed process leaves: files nobody holds
-        path.touch()
-
-    assert sweep_port_locks(tmp_path) == len(stale)
-    assert [p.name for p in tmp_path.iterdir()] == [f"{held.ports[0]}.lock"]
-    for path in stale:
-        path.touch()
-    reserve_ports(1, tmp_path).release()  # every reservation sweeps first
-    assert [p.name for p in tmp_path.iterdir()] == [f"{held.ports[0]}.lock"]
-    held.release()
-
-
-def test_a_port_held_by_another_process_is_never_handed_out(tmp_path: Path) -> None:
-    holder = subprocess.Popen(
+def _holder(scope: Path, count: int) -> tuple[subprocess.Popen[str], set[int]]:
+    """Another process holding ``count`` ports of ``scope`` until told to go (or killed)."""
+    proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
-            sys.path.insert(0, {str(Path(__file__).parents[2])!r})
-            from pathlib import Path
+            sys.path.insert(0, {str(REPO)!r})
             from verifiers_nemo._procs import reserve_ports
-            reservation = reserve_ports(50, Path({str(tmp_path)!r}))
+            reservation = reserve_ports({count}, {str(scope)!r})
             print(" ".join(map(str, reservation.ports)), flush=True)
             sys.stdin.readline()
             reservation.release()
         """)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
+    return proc, {int(p) for p in proc.stdout.readline().split()}  # type: ignore[union-attr]
+
+
+def test_a_port_held_by_another_process_is_never_handed_out_and_nothing_is_written(tmp_path: Path) -> None:
+    scope = tmp_path / "scope"
+    holder, theirs = _holder(scope, 50)
     try:
-        theirs = {int(p) for p in holder.stdout.readline().split()}  # type: ignore[union-attr]
-        mine = reserve_ports(200, tmp_path)
-        assert len(theirs) == 50 and not theirs & set(mine.ports)
-        for port in theirs:  # their files are theirs: still there, still locked
-            fd = os.open(tmp_path / f"{port}.lock", os.O_RDWR)
-            try:
-                assert_locked(fd)
-            finally:
-                os.close(fd)
+        mine = reserve_ports(500, scope)
+        assert len(theirs) == 50 and len(set(mine.ports)) == 500 and not theirs & set(mine.ports)
         mine.release()
     finally:
         holder.communicate("go\n", timeout=30)
-    assert list(tmp_path.iterdir()) == []
+    assert list(tmp_path.iterdir()) == []  # no lock file, no folder
 
 
-def assert_locked(fd: int) -> None:
+def test_ports_of_a_killed_holder_are_free_at_once(tmp_path: Path) -> None:
+    scope = tmp_path / "scope"
+    holder, theirs = _holder(scope, 3000)  # most of the range
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+
+    again = reserve_ports(3000, scope)  # impossible while it held them
+
+    assert len(set(again.ports) & theirs) > 0
+    again.release()
+
+
+def test_released_ports_are_free_for_the_next_reservation(tmp_path: Path) -> None:
+    first = reserve_ports(3000, tmp_path)
+    first.release()
+    second = reserve_ports(3000, tmp_path)
+    assert set(first.ports) & set(second.ports)
+    second.release()
+
+
+def test_lock_files_of_earlier_versions_are_removed_unless_held(tmp_path: Path) -> None:
+    for port in (20001, 20002, 20003):  # what earlier versions left: a file per port ever tried
+        (tmp_path / f"{port}.lock").touch()
+    held = os.open(tmp_path / "20004.lock", os.O_CREAT | os.O_RDWR)  # an earlier version running now
+    fcntl.flock(held, fcntl.LOCK_EX)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return
-    raise AssertionError("the lock file is not held")
+        remove_legacy_port_locks(tmp_path)
+        assert [p.name for p in tmp_path.iterdir()] == ["20004.lock"]
+    finally:
+        os.close(held)
+    remove_legacy_port_locks(tmp_path)
+    assert not tmp_path.exists()

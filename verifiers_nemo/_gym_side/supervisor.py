@@ -11,8 +11,6 @@ folder, the Ray head's temporary folder), whoever stopped it, so they never outl
 owner dies halfway through its own clean-up. The spec's ``logs`` are kept when the launch failed (the
 launcher exited on its own, or the owner wrote ``k`` before closing the pipe: it wants them for an
 error message) and removed otherwise (the owner wrote ``s``, a stop on purpose, or died without a word).
-The ``port_locks`` (the owner's lock files for the launch's ports) are removed once no process holds
-them, i.e. when the owner died (it removes them itself after a stop on purpose).
 
 Teardown: SIGINT to every process of the session (servers shut down gracefully on it), wait
 until the servers' ports are closed or ``grace_s`` passed, then SIGKILL every process left
@@ -103,27 +101,7 @@ def main() -> int:
     failed = not stop.is_set() or b"k" in owner_said  # the launcher exited on its own, or the owner keeps logs
     for path in [*spec.get("remove", []), *([] if failed else spec.get("logs", []))]:
         _remove(path)
-    for path in spec.get("port_locks", []):
-        _remove_unheld_lock(path)
     return 0
-
-
-def _remove_unheld_lock(path: str) -> None:
-    """Remove a port lock file unless a process holds its lock (the owner's protocol, see _procs)."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.path.samestat(os.fstat(fd), os.stat(path)):
-            os.unlink(path)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _remove(path: str) -> None:
