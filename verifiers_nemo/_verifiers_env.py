@@ -40,6 +40,8 @@ from ._taskset import NeMoGymTaskset, Task
 # Only the ``verifiers.v1`` logger tree reaches vf-eval's log.
 logger = logging.getLogger("verifiers.v1.nemo_gym_env")
 
+ENVIRONMENT_ID = "nemo-gym-env"
+"""The id verifiers knows this environment by (``vf-eval nemo-gym-env``)."""
 INFO_KEY = "nemo_gym"
 """Where a rollout's Gym outcome lives on ``trace.info``."""
 
@@ -287,7 +289,9 @@ def _outcome(result: RolloutResult) -> dict[str, Any]:
 class GymEnvConfig(vf.EnvConfig):
     """The environment's config: one ``agent`` seat, run in-process (local subprocess runtime)."""
 
-    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(), harness=GymHarnessConfig(id=ENVIRONMENT_ID))
+    """The one seat. Its harness is ours by default, so ``--env.agent.harness.api chat`` needs no
+    ``--env.agent.harness.id``."""
 
 
 class GymEnv(vf.Env[GymEnvConfig]):

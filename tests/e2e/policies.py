@@ -132,14 +132,16 @@ Decision = tuple[str, str, dict[str, Any]]
 
 
 def synonym_policy(user: str, system: str, tool_outputs: list[str]) -> Decision:
-    """Deterministic and partly right on example_multi_step: look up the first synonym the system
-    prompt lists, extract just that value, then stop. Its set_overlap differs from row to row."""
-    if not tool_outputs:
-        synonym = re.search(r"has a synonym '([^']+)'", system)
-        return ("call", "get_synonym_value", {"synonym": synonym.group(1) if synonym else "none"})
-    if len(tool_outputs) == 1:
-        value = json.loads(tool_outputs[0]).get("synonym_value")
-        return ("call", "extract_synonym_values", {"synonym_values": [value]})
+    """Deterministic and right on some rows of example_multi_step only: look up 'Blazing', and 'Warm'
+    too when the user's question has an even length, extract those values, then stop. Rows whose
+    expected values are both (the first five are) get reward 1 or 0 and set_overlap 1 or 0.5, in
+    three or four model calls."""
+    wanted = ["Blazing", "Warm"] if len(user) % 2 == 0 else ["Blazing"]
+    if len(tool_outputs) < len(wanted):
+        return ("call", "get_synonym_value", {"synonym": wanted[len(tool_outputs)]})
+    if len(tool_outputs) == len(wanted):
+        values = [json.loads(output)["synonym_value"] for output in tool_outputs]
+        return ("call", "extract_synonym_values", {"synonym_values": values})
     return ("say", "Done.", {})
 
 
