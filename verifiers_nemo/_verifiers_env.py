@@ -301,6 +301,7 @@ class GymEnv(vf.Env[GymEnvConfig]):
         await agents.agent.run(task)
 
     async def start(self) -> None:
+        _forward_logs_to_verifiers()
         taskset = self.taskset
         if not isinstance(taskset, GymTaskset):
             return
@@ -320,6 +321,20 @@ class GymEnv(vf.Env[GymEnvConfig]):
         if gym is not None:
             self._gym = None
             await _release_harness(gym)
+
+
+class _ToVerifiersLog(logging.Handler):
+    """Hands our records to verifiers' logger tree: only ``verifiers.v1`` reaches vf-eval's log."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger.handle(record)
+
+
+def _forward_logs_to_verifiers() -> None:
+    ours = logging.getLogger("verifiers_nemo")
+    if not any(isinstance(handler, _ToVerifiersLog) for handler in ours.handlers):
+        ours.addHandler(_ToVerifiersLog())
+        ours.setLevel(logger.getEffectiveLevel())
 
 
 # -- one NeMoGymHarness per (environment, options) in this process --------------------------------

@@ -338,3 +338,30 @@ async def test_our_cli_runs_under_the_newest_openai(tmp_path: Path, api: str) ->
     rows = [json.loads(line) for path in (tmp_path / "out").rglob("results.jsonl") for line in path.open()]
     assert len(rows) == 5 and all(r["error"] is None for r in rows), [r["error"] for r in rows]
     assert sorted(r["reward"] for r in rows) == [0.0, 0.0, 0.0, 0.0, 1.0]
+
+
+async def test_vf_eval_max_turns_bounds_gym_steps_so_rollouts_still_verify(vf_python: Path, tmp_path: Path) -> None:
+    async with DualApiPolicy() as policy:
+        code, output, episodes = await vf_eval(
+            vf_python,
+            tmp_path,
+            policy.base_url,
+            "--env.taskset.nemo-env",
+            "example_multi_step",
+            "--env.agent.max-turns",
+            "2",
+            "-n",
+            "2",
+        )
+    assert code == 0, output[-3000:]
+    traces = _traces(episodes)
+    assert len(traces) == 2
+    for trace in traces:
+        # Cut off after two calls (before the policy's last): Gym still verified, so a real 0.
+        assert trace["ok"], trace["errors"]
+        assert len(trace["calls"]) == 2
+        assert _reward(trace) == 0.0
+    # Row 0 looked up two values and never extracted them; row 1 extracted one of the two expected.
+    assert sorted(t["metrics"]["set_overlap"] for t in traces) == [0.0, 0.5]
+    log = "".join(path.read_text() for path in (tmp_path / "vf-out").rglob("eval.log"))
+    assert "Gym stack example_multi_step ready" in log, "our log lines should reach vf-eval's log"
