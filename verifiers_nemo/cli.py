@@ -748,7 +748,7 @@ def _show_finished(
     if metadata.get("status") != "finished":
         with contextlib.suppress(OSError):
             folder.write_metadata(updated)
-    _say(f"All {len(records)} rollouts of {folder.path} are already done; nothing to run.")
+    _say(f"Nothing to run: every rollout of {folder.path} is done ({len(records)} of {expected}).")
     print(format_summary(updated), flush=True)
     return _exit_status(updated)
 
