@@ -9,7 +9,6 @@ interception forwards (it forwards ``X-`` headers), so rows whose inputs repeat 
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -26,7 +25,7 @@ def replay_upstream(nemo_env: str | None, *, jsonl_path: str | Path | None = Non
     return ReplayUpstream.from_tasks(replay_tasks(taskset))
 
 
-def serve_forever(upstream: ReplayUpstream, *, port_file: str | None = None) -> int:
+def serve_forever(upstream: ReplayUpstream, *, nemo_env: str | None = None, port_file: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM; print the base URL (and write it to ``port_file``)."""
     stopped = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -35,8 +34,8 @@ def serve_forever(upstream: ReplayUpstream, *, port_file: str | None = None) -> 
         base_url = f"{upstream.url}/v1"
         print(f"Replaying {len(upstream.recordings)} recorded rollouts at {base_url} (model {REPLAY_MODEL!r})")
         print(
-            f"  vf-eval nemo-gym-env --client.base-url {base_url} --env.taskset.recorded true "
-            "--env.taskset.nemo-env ENV ...",
+            f"  vf-eval nemo-gym-env -m {REPLAY_MODEL} --client.base-url {base_url} --env.taskset.recorded true "
+            f"--env.taskset.nemo-env {nemo_env or 'ENV --env.taskset.jsonl-path FILE'}",
             flush=True,
         )
         if port_file:
@@ -47,20 +46,3 @@ def serve_forever(upstream: ReplayUpstream, *, port_file: str | None = None) -> 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - exercised through the CLI
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="verifiers-nemo replay-server", description=__doc__.splitlines()[0])
-    parser.add_argument("env", nargs="?", help="packaged Gym environment")
-    parser.add_argument("--jsonl-path", help="recorded rollouts file instead of the packaged ones")
-    parser.add_argument("--port-file", help="also write the base URL to this file")
-    args = parser.parse_args(argv)
-    if not args.env and not args.jsonl_path:
-        parser.error("name an environment or pass --jsonl-path")
-    return serve_forever(replay_upstream(args.env, jsonl_path=args.jsonl_path), port_file=args.port_file)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -305,6 +305,21 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--json", action="store_true", help="print JSON instead of a table")
     en.add_argument("-v", "--verbose", action="count", default=0, help="log more")
     en.set_defaults(handler=_cmd_envs)
+
+    rs = commands.add_parser(
+        "replay-server",
+        help="serve an environment's recorded rollouts as an OpenAI-compatible model (for vf-eval)",
+        description=(
+            "Serve the recorded rollouts of a packaged Gym environment as a Responses-API model on 127.0.0.1, "
+            "until interrupted: a GPU-free check of a verifiers chain. Point vf-eval at the printed URL "
+            "with --env.taskset.recorded true; each rollout then reproduces its recorded reward."
+        ),
+    )
+    rs.add_argument("env", nargs="?", metavar="ENV", help="a packaged Gym environment with recorded rollouts")
+    rs.add_argument("--jsonl-path", metavar="FILE", help="a recorded-rollouts file instead of the packaged one")
+    rs.add_argument("--port-file", metavar="FILE", help="also write the base URL to FILE")
+    rs.add_argument("-v", "--verbose", action="count", default=0, help="log more")
+    rs.set_defaults(handler=_cmd_replay_server)
     return parser
 
 
@@ -452,7 +467,12 @@ def _resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSett
     from ._eval import RUN_DEFINING
 
     given = _explicit(args)
-    if args.sampling_args is not None or args.max_tokens is not None or args.temperature is not None:
+    if (
+        args.sampling_args is not None
+        or args.max_tokens is not None
+        or args.temperature is not None
+        or getattr(args, "return_tokens", False)
+    ):
         given["sampling_args"] = _sampling_args(args)
     if args.env is not None:
         given["env"] = args.env
@@ -1003,6 +1023,18 @@ def _wrap(items: list[str], indent: int, width: int = 100) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # envs
+
+
+def _cmd_replay_server(args: argparse.Namespace) -> int:
+    from ._replay_server import replay_upstream, serve_forever
+
+    if not args.env and not args.jsonl_path:
+        return _fail("name the environment whose recorded rollouts to serve (ENV), or pass --jsonl-path FILE.")
+    try:
+        upstream = replay_upstream(args.env, jsonl_path=args.jsonl_path)
+    except VerifiersNemoError as exc:
+        return _fail(str(exc))
+    return serve_forever(upstream, nemo_env=args.env, port_file=args.port_file)
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.policies import DualApiPolicy
-from verifiers_nemo._replay import ReplayUpstream, replay_tasks
+from verifiers_nemo._replay import replay_tasks
 from verifiers_nemo._taskset import NeMoGymTaskset
 
 pytestmark = pytest.mark.e2e
@@ -102,12 +102,30 @@ def _reward(trace: dict) -> float | None:
 
 @pytest.mark.parametrize("nemo_env", ["example_single_tool_call", "example_multi_step"])
 async def test_vf_eval_replay_reproduces_recorded_rewards(vf_python: Path, tmp_path: Path, nemo_env: str) -> None:
+    """`verifiers-nemo replay-server ENV` (from the verifiers venv) is the model; vf-eval runs the
+    recorded rows; every recorded reward comes back."""
     recorded = replay_tasks(NeMoGymTaskset(nemo_env, recorded=True))
-    with ReplayUpstream.from_tasks(recorded) as replay:
+    port_file = tmp_path / "replay.url"
+    server = await asyncio.create_subprocess_exec(
+        str(vf_python.parent / "verifiers-nemo"),
+        "replay-server",
+        nemo_env,
+        "--port-file",
+        str(port_file),
+        env=_environ(),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        deadline = asyncio.get_running_loop().time() + 60
+        while not port_file.exists():
+            assert server.returncode is None, "replay-server exited"
+            assert asyncio.get_running_loop().time() < deadline, "replay-server printed no URL within 60 s"
+            await asyncio.sleep(0.1)
         code, output, episodes = await vf_eval(
             vf_python,
             tmp_path,
-            f"{replay.url}/v1",
+            port_file.read_text(),
             "--env.taskset.nemo-env",
             nemo_env,
             "--env.taskset.recorded",
@@ -115,6 +133,9 @@ async def test_vf_eval_replay_reproduces_recorded_rewards(vf_python: Path, tmp_p
             "-c",
             "8",
         )
+    finally:
+        server.terminate()
+        assert await asyncio.wait_for(server.wait(), 30) == 0
     assert code == 0, output[-3000:]
     traces = _traces(episodes)
     assert len(traces) == len(recorded)
