@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from verifiers_nemo._endpoint import Endpoint  # noqa: E402
-from verifiers_nemo._proxy import ROUTE_METADATA_KEY, RoutingProxy  # noqa: E402
+from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, RoutingProxy  # noqa: E402
 
 N_ROUTES = 4096
 MODEL = "bench-model"

@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verifiers_nemo._gym_config import merged_configs, server_instances
-from verifiers_nemo._procs import kill_session, reserve_ports, rss_bytes, session_pids
-from verifiers_nemo._runtime import find_gym_runtime
-from verifiers_nemo._stack import GymStack, StackConfig, _http_ok
+from verifiers_nemo._gym.config import merged_configs, server_instances
+from verifiers_nemo._gym.runtime import find_gym_runtime
+from verifiers_nemo._stack.procs import kill_session, reserve_ports, rss_bytes, session_pids
+from verifiers_nemo._stack.stack import GymStack, StackConfig, _http_ok
 
 
 def stock_start(env: str, workdir: Path) -> tuple[float, int, int]:

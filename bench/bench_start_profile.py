@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verifiers_nemo._runtime import find_gym_runtime
-from verifiers_nemo._stack import GymStack, StackConfig
+from verifiers_nemo._gym.runtime import find_gym_runtime
+from verifiers_nemo._stack.stack import GymStack, StackConfig
 
 PHASES = (
     ("pre-launch (ours)", "spawn"),

@@ -65,11 +65,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset  # noqa: E402
-from verifiers_nemo._gym_config import merged_configs, server_instances  # noqa: E402
-from verifiers_nemo._procs import kill_session, reserve_ports, rss_bytes, session_pids  # noqa: E402
-from verifiers_nemo._proxy import ROUTE_METADATA_KEY  # noqa: E402
-from verifiers_nemo._runtime import cache_dir, find_gym_runtime  # noqa: E402
-from verifiers_nemo._stack import _http_ok  # noqa: E402
+from verifiers_nemo._gym.config import merged_configs, server_instances  # noqa: E402
+from verifiers_nemo._gym.runtime import cache_dir, find_gym_runtime  # noqa: E402
+from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY  # noqa: E402
+from verifiers_nemo._stack.procs import kill_session, reserve_ports, rss_bytes, session_pids  # noqa: E402
+from verifiers_nemo._stack.stack import _http_ok  # noqa: E402
 
 MODEL = "bench-policy"
 HOST = "127.0.0.1"

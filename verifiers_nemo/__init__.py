@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._errors import (
+from ._exceptions import (
     ConfigurationError,
     GymAgentError,
     GymRuntimeError,
@@ -33,33 +33,33 @@ from ._errors import (
 )
 
 if TYPE_CHECKING:
-    from ._catalogue import GymEnvironment, get_environment, list_environments
     from ._endpoint import Endpoint
     from ._environment import NeMoGymEnv, load_environment
+    from ._gym.catalogue import GymEnvironment, get_environment, list_environments
     from ._harness import NeMoGymHarness
-    from ._proxy import PolicyCall, Route, RoutingProxy
-    from ._replay import ReplayUpstream
     from ._result import RolloutResult
-    from ._stack import GymStack, StackConfig
-    from ._taskset import NeMoGymTaskset, Task
+    from ._routing.proxy import PolicyCall, Route, RoutingProxy
+    from ._stack.stack import GymStack, StackConfig
+    from ._tasks.taskset import NeMoGymTaskset, Task
+    from ._upstreams.replay import ReplayUpstream
 
 # Heavy modules (datasets, openai, aiohttp) load on first use, so `verifiers-nemo --help` stays fast.
 _LAZY = {
     "Endpoint": "._endpoint",
-    "GymEnvironment": "._catalogue",
-    "GymStack": "._stack",
+    "GymEnvironment": "._gym.catalogue",
+    "GymStack": "._stack.stack",
     "NeMoGymEnv": "._environment",
     "NeMoGymHarness": "._harness",
-    "NeMoGymTaskset": "._taskset",
-    "PolicyCall": "._proxy",
-    "ReplayUpstream": "._replay",
+    "NeMoGymTaskset": "._tasks.taskset",
+    "PolicyCall": "._routing.proxy",
+    "ReplayUpstream": "._upstreams.replay",
     "RolloutResult": "._result",
-    "Route": "._proxy",
-    "RoutingProxy": "._proxy",
-    "StackConfig": "._stack",
-    "Task": "._taskset",
-    "get_environment": "._catalogue",
-    "list_environments": "._catalogue",
+    "Route": "._routing.proxy",
+    "RoutingProxy": "._routing.proxy",
+    "StackConfig": "._stack.stack",
+    "Task": "._tasks.taskset",
+    "get_environment": "._gym.catalogue",
+    "list_environments": "._gym.catalogue",
     "load_environment": "._environment",
 }
 

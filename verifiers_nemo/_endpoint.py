@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from ._errors import ConfigurationError
+from ._exceptions import ConfigurationError
 
 ApiKind = Literal["responses", "chat"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 
 from ._endpoint import Endpoint
-from ._errors import (
+from ._exceptions import (
     ConfigurationError,
     GymAgentError,
     GymServerDown,
@@ -23,8 +23,7 @@ from ._errors import (
     RolloutTimeout,
     UpstreamError,
 )
-from ._gym_config import POLICY_MODEL, merged_configs, server_instances
-from ._proxy import RoutingProxy, get_proxy
+from ._gym.config import POLICY_MODEL, merged_configs, server_instances
 from ._result import (
     ROUTE_METADATA_KEY,
     RolloutResult,
@@ -34,8 +33,9 @@ from ._result import (
     strip_route,
     sum_usage,
 )
-from ._stack import GymStack, StackConfig, acquire_stack, release_stack
-from ._taskset import NeMoGymTaskset, Task
+from ._routing.proxy import RoutingProxy, get_proxy
+from ._stack.stack import GymStack, StackConfig, acquire_stack, release_stack
+from ._tasks.taskset import NeMoGymTaskset, Task
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class NeMoGymHarness:
     def _resolve_config_paths(self) -> tuple[Path, ...]:
         if self._config_paths:
             return self._config_paths
-        from ._catalogue import get_environment
+        from ._gym.catalogue import get_environment
 
         env = get_environment(self.env_name, root=self._gym_root())
         if env.default_config is None:
@@ -138,7 +138,7 @@ class NeMoGymHarness:
         return (env.default_config.path,)
 
     def _gym_root(self) -> Path:
-        from ._runtime import gym_root
+        from ._gym.runtime import gym_root
 
         return gym_root(self._gym_python)
 
@@ -151,8 +151,8 @@ class NeMoGymHarness:
         config_paths = self._resolve_config_paths()
         external = self._refuse_judges(config_paths)
         if not self._isolated_venvs:
-            from ._runtime import find_gym_runtime
-            from ._stack import check_requirements
+            from ._gym.runtime import find_gym_runtime
+            from ._stack.stack import check_requirements
 
             instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
             check_requirements(self.env_name, instances, find_gym_runtime(self._gym_python))
@@ -194,7 +194,7 @@ class NeMoGymHarness:
         """Refuse environments that score with a judge model: only policy calls are routed, and
         judge calls must never reach the policy's endpoint. (The rule lives in ``classify_config``.)
         Returns why the environment may need an external service."""
-        from ._catalogue import classify_config
+        from ._gym.catalogue import classify_config
 
         judges, external = classify_config(merged_configs(list(config_paths)), self._gym_root())
         if judges:

@@ -7,7 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._errors import InvalidResult, RolloutError
+from ._exceptions import InvalidResult, RolloutError
 
 ROUTE_METADATA_KEY = "verifiers_nemo_route"
 _NOT_METRICS = {"reward"}

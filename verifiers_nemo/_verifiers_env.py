@@ -31,11 +31,11 @@ import verifiers.v1 as vf
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from ._endpoint import Endpoint
-from ._errors import ConfigurationError
+from ._exceptions import ConfigurationError
 from ._harness import DEFAULT_MAX_STEPS, NeMoGymHarness
-from ._replay import ROW_HEADER, replay_tasks
 from ._result import RolloutResult
-from ._taskset import NeMoGymTaskset, Task
+from ._tasks.taskset import NeMoGymTaskset, Task
+from ._upstreams.replay import ROW_HEADER, replay_tasks
 
 # Only the ``verifiers.v1`` logger tree reaches vf-eval's log.
 logger = logging.getLogger("verifiers.v1.nemo_gym_env")
@@ -82,9 +82,9 @@ class GymTasksetConfig(vf.TasksetConfig):
 def check_environment(nemo_env: str, gym_python: str | None) -> None:
     """Raise ``ValueError`` (what pydantic reports as a config error) naming the problem and the fix:
     no Gym runtime, an unknown environment (with close names), one that scores with a judge model."""
-    from ._catalogue import get_environment
-    from ._errors import VerifiersNemoError
-    from ._runtime import gym_root
+    from ._exceptions import VerifiersNemoError
+    from ._gym.catalogue import get_environment
+    from ._gym.runtime import gym_root
 
     try:
         env = get_environment(nemo_env, gym_root(gym_python))
@@ -144,7 +144,7 @@ class GymTaskset(vf.Taskset[GymTask, GymTasksetConfig]):
 
 
 def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
-    from ._runtime import gym_root
+    from ._gym.runtime import gym_root
 
     root = None if config.jsonl_path is not None and not config.nemo_env else gym_root(config.gym_python)
     taskset = NeMoGymTaskset(

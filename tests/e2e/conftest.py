@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo._runtime import gym_root as _gym_root
+from verifiers_nemo._gym.runtime import gym_root as _gym_root
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset
-from verifiers_nemo._catalogue import get_environment, list_environments
-from verifiers_nemo._replay import ReplayUpstream, replay_tasks, unreproducible_reason
+from verifiers_nemo._gym.catalogue import get_environment, list_environments
 from verifiers_nemo._result import RolloutResult
+from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks, unreproducible_reason
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +57,7 @@ def test_the_three_named_environments_are_replayable() -> None:
 
 
 def test_exclusions_name_only_offline_environments() -> None:
-    from verifiers_nemo._replay import KNOWN_UNREPRODUCIBLE
+    from verifiers_nemo._upstreams.replay import KNOWN_UNREPRODUCIBLE
 
     assert {key.split("#")[0] for key in KNOWN_UNREPRODUCIBLE} <= set(OFFLINE)
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.e2e.conftest import env_config, wait_until
 from verifiers_nemo import ConfigurationError, MissingRequirementsError
-from verifiers_nemo._procs import port_accepts, session_pids
-from verifiers_nemo._stack import GymStack, StackConfig
+from verifiers_nemo._stack.procs import port_accepts, session_pids
+from verifiers_nemo._stack.stack import GymStack, StackConfig
 
 pytestmark = pytest.mark.e2e
 UNUSED_POLICY = "http://127.0.0.1:9"  # nothing calls the policy in these tests
@@ -149,7 +149,7 @@ _OWNER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from verifiers_nemo._stack import GymStack, StackConfig
+    from verifiers_nemo._stack.stack import GymStack, StackConfig
     stack = GymStack(StackConfig("example_single_tool_call", (Path(sys.argv[1]),), "http://127.0.0.1:9"))
     info = stack.start()
     ports = [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.policies import DualApiPolicy
-from verifiers_nemo._replay import replay_tasks
-from verifiers_nemo._taskset import NeMoGymTaskset
+from verifiers_nemo._tasks.taskset import NeMoGymTaskset
+from verifiers_nemo._upstreams.replay import replay_tasks
 
 pytestmark = pytest.mark.e2e
 

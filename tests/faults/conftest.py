@@ -22,12 +22,12 @@ from tests.faults.helpers import (
     format_figures,
 )
 from verifiers_nemo import NeMoGymHarness
-from verifiers_nemo._proxy import RoutingProxy
+from verifiers_nemo._routing.proxy import RoutingProxy
 
 
 @pytest.fixture(scope="session")
 def gym_root() -> Path:
-    from verifiers_nemo._runtime import gym_root as _gym_root
+    from verifiers_nemo._gym.runtime import gym_root as _gym_root
 
     return _gym_root()
 

@@ -29,7 +29,7 @@ from verifiers_nemo import (
     NeMoGymTaskset,
     load_environment,
 )
-from verifiers_nemo._errors import UnknownEnvironmentError
+from verifiers_nemo._exceptions import UnknownEnvironmentError
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.helpers import record_figures
-from verifiers_nemo._procs import port_accepts, session_pids
+from verifiers_nemo._stack.procs import port_accepts, session_pids
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +29,7 @@ _CHILD = textwrap.dedent(
     import json, logging, sys, time
     from pathlib import Path
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from verifiers_nemo._stack import GymStack, StackConfig
+    from verifiers_nemo._stack.stack import GymStack, StackConfig
     stack = GymStack(StackConfig(sys.argv[1], (Path(sys.argv[2]),), "http://127.0.0.1:9"))
     print(json.dumps({"waiting": True}), flush=True)
     sys.stdin.readline()  # go: both processes are released at once

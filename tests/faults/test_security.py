@@ -32,7 +32,7 @@ from tests.faults.helpers import (
 )
 from tests.unit.fake_upstream import FakeReply, FakeUpstream
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
-from verifiers_nemo import _proxy as proxy_module
+from verifiers_nemo._routing import proxy as proxy_module
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo._catalogue import (
+from verifiers_nemo._exceptions import ConfigurationError, UnknownEnvironmentError
+from verifiers_nemo._gym.catalogue import (
     classify_config,
     find_agent,
     get_environment,
     list_environments,
 )
-from verifiers_nemo._errors import ConfigurationError, UnknownEnvironmentError
 
 _SPEC = importlib.util.find_spec("nemo_gym")
 if _SPEC is None or _SPEC.origin is None:
@@ -245,8 +245,8 @@ def test_catalogue_and_taskset_never_import_nemo_gym() -> None:
     code = textwrap.dedent(
         f"""
         import sys
-        from verifiers_nemo._catalogue import list_environments
-        from verifiers_nemo._taskset import NeMoGymTaskset
+        from verifiers_nemo._gym.catalogue import list_environments
+        from verifiers_nemo._tasks.taskset import NeMoGymTaskset
         list_environments({str(GYM_ROOT)!r})
         NeMoGymTaskset("example_multi_step", root={str(GYM_ROOT)!r})
         assert "nemo_gym" not in sys.modules, "nemo_gym was imported"

@@ -11,8 +11,9 @@ from aiohttp import web
 
 from tests.unit.fake_upstream import FakeUpstream
 from verifiers_nemo import ConfigurationError
-from verifiers_nemo._eval import EvalSettings, Evaluation, check_env_args, resolve_nemo_env
-from verifiers_nemo._preflight import (
+from verifiers_nemo._cli.main import _new_settings, _resumed_settings, build_parser, main
+from verifiers_nemo._eval.evaluation import EvalSettings, Evaluation, check_env_args, resolve_nemo_env
+from verifiers_nemo._eval.preflight import (
     ApiKey,
     PreflightError,
     check_base_url,
@@ -20,7 +21,6 @@ from verifiers_nemo._preflight import (
     list_models,
     resolve_api_key,
 )
-from verifiers_nemo.cli import _new_settings, _resumed_settings, build_parser, main
 
 ENV = "example_multi_step"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from verifiers_nemo import ConfigurationError
-from verifiers_nemo._eval import (
+from verifiers_nemo._eval.evaluation import (
     EvalSettings,
     ResultsFolder,
     dedupe_records,

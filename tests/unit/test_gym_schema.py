@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tests.unit.saved_vllm import load
-from verifiers_nemo._gym_schema import GymSchemaError, drop_uncarried_fields, validate_policy_reply
-from verifiers_nemo._upstream import (
+from verifiers_nemo._protocol.gym_schema import GymSchemaError, drop_uncarried_fields, validate_policy_reply
+from verifiers_nemo._upstreams.upstream import (
     chat_to_responses_reply,
     finish_response,
     incomplete_response,
@@ -320,7 +320,7 @@ def test_every_recorded_model_output_of_the_packaged_environments_passes_both_sc
     """The model outputs of nemo-gym's own recorded rollouts (what the replay policy serves)."""
     from pathlib import Path
 
-    from verifiers_nemo._replay import _written_by_agent
+    from verifiers_nemo._upstreams.replay import _written_by_agent
 
     assert _gym is not None
     recordings = sorted((Path(_gym.__file__).parents[1] / "resources_servers").glob("*/data/example_rollouts.jsonl"))

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from verifiers_nemo._procs import remove_legacy_port_locks, reserve_ports
+from verifiers_nemo._stack.procs import remove_legacy_port_locks, reserve_ports
 
 REPO = Path(__file__).parents[2]
 
@@ -23,7 +23,7 @@ def _holder(scope: Path, count: int) -> tuple[subprocess.Popen[str], set[int]]:
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys
             sys.path.insert(0, {str(REPO)!r})
-            from verifiers_nemo._procs import reserve_ports
+            from verifiers_nemo._stack.procs import reserve_ports
             reservation = reserve_ports({count}, {str(scope)!r})
             print(" ".join(map(str, reservation.ports)), flush=True)
             sys.stdin.readline()

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo import _procs, _stack
-from verifiers_nemo._gym_config import ServerInstance
-from verifiers_nemo._procs import port_state
-from verifiers_nemo._stack import GymStack, StackConfig, _Launch
+from verifiers_nemo._stack import procs as _procs
+from verifiers_nemo._stack import stack as _stack
+from verifiers_nemo._gym.config import ServerInstance
+from verifiers_nemo._stack.procs import port_state
+from verifiers_nemo._stack.stack import GymStack, StackConfig, _Launch
 
 CONFIG = """\
 tiny_agent:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from verifiers_nemo._catalogue import get_environment, list_environments
-from verifiers_nemo._errors import ConfigurationError, TasksetError
-from verifiers_nemo._taskset import (
+from verifiers_nemo._exceptions import ConfigurationError, TasksetError
+from verifiers_nemo._gym.catalogue import get_environment, list_environments
+from verifiers_nemo._tasks.taskset import (
     _NEMO_GYM_0_4_PARAMS,
     NeMoGymTaskset,
     SkippedRows,

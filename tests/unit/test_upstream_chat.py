@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from verifiers_nemo._gym_schema import validate_policy_reply
-from verifiers_nemo._upstream import (
+from verifiers_nemo._protocol.gym_schema import validate_policy_reply
+from verifiers_nemo._upstreams.upstream import (
     UpstreamFailure,
     chat_to_responses_reply,
     finish_response,

@@ -12,11 +12,11 @@ import pytest
 
 from tests.unit.saved_vllm import Answer, SavedVllm, load, raw
 from verifiers_nemo._endpoint import Endpoint
-from verifiers_nemo._gym_schema import validate_policy_reply
-from verifiers_nemo._proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, Route, RoutingProxy
-from verifiers_nemo._token_data import OUTPUT_LOGPROBS, ask_for_token_data
-from verifiers_nemo._trace import PolicyCall, check_contiguity
-from verifiers_nemo._upstream import input_to_messages, responses_to_chat_request
+from verifiers_nemo._protocol.gym_schema import validate_policy_reply
+from verifiers_nemo._protocol.token_data import OUTPUT_LOGPROBS, ask_for_token_data
+from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, Route, RoutingProxy
+from verifiers_nemo._routing.trace import PolicyCall, check_contiguity
+from verifiers_nemo._upstreams.upstream import input_to_messages, responses_to_chat_request
 
 
 @pytest.fixture
@@ -426,8 +426,8 @@ def _retokenized(api: str, first: dict[str, Any], continuation: list[int]) -> by
 
 
 def test_cli_return_tokens_flag_is_the_return_tokens_sampling_arg() -> None:
+    from verifiers_nemo._cli.main import _new_settings, build_parser
     from verifiers_nemo._harness import split_sampling_args
-    from verifiers_nemo.cli import _new_settings, build_parser
 
     def settings(*flags: str) -> Any:
         argv = ["eval", "example_multi_step", "-b", "http://127.0.0.1:9/v1", "--api", "chat", *flags]

@@ -12,13 +12,13 @@ import signal
 import threading
 from pathlib import Path
 
-from ._replay import REPLAY_MODEL, ReplayUpstream, replay_tasks
-from ._taskset import NeMoGymTaskset
+from .._tasks.taskset import NeMoGymTaskset
+from .replay import REPLAY_MODEL, ReplayUpstream, replay_tasks
 
 
 def replay_upstream(nemo_env: str | None, *, jsonl_path: str | Path | None = None, gym_python: str | None = None):
     """A (not yet started) replay server for the recorded rollouts of ``nemo_env`` (or a file)."""
-    from ._runtime import gym_root
+    from .._gym.runtime import gym_root
 
     root = gym_root(gym_python) if nemo_env else None
     taskset = NeMoGymTaskset(nemo_env, jsonl_path=jsonl_path, recorded=True, root=root)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from ._catalogue import EXAMPLE_ROLLOUTS, RESPONSES_API_AGENTS, GymEnvironment, get_environment
-from ._errors import ConfigurationError, TasksetError
+from .._exceptions import ConfigurationError, TasksetError
+from .._gym.catalogue import EXAMPLE_ROLLOUTS, RESPONSES_API_AGENTS, GymEnvironment, get_environment
 
 if TYPE_CHECKING:
     import datasets

@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._errors import GymRuntimeError
+from .._exceptions import GymRuntimeError
 
 logger = logging.getLogger(__name__)
 

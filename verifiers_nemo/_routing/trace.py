@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import UpstreamError
-from ._upstream import loads
+from .._exceptions import UpstreamError
+from .._upstreams.upstream import loads
 
 
 @dataclass(slots=True, eq=False)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._gym_schema import TRAINING_FIELDS
+from .gym_schema import TRAINING_FIELDS
 
 OUTPUT_LOGPROBS = "message.output_text.logprobs"
 """The Responses ``include`` value that asks for the logprobs of output text."""

@@ -29,10 +29,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from ._endpoint import Endpoint
-from ._errors import ConfigurationError, UpstreamError
-from ._trace import PolicyCall
-from ._upstream import (
+from .._endpoint import Endpoint
+from .._exceptions import ConfigurationError, UpstreamError
+from .._upstreams.upstream import (
     ChatCompletionsUpstream,
     ResponsesUpstream,
     RetryPolicy,
@@ -41,6 +40,7 @@ from ._upstream import (
     dumps,
     loads,
 )
+from .trace import PolicyCall
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ._endpoint import Endpoint
+from .._endpoint import Endpoint
 
 logger = logging.getLogger(__name__)
 

@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from ._errors import ConfigurationError, VerifiersNemoError
+from .._exceptions import ConfigurationError, VerifiersNemoError
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from ._eval import EvalSettings, Evaluation, ResultsFolder
-    from ._result import RolloutResult
+    from .._eval.evaluation import EvalSettings, Evaluation, ResultsFolder
+    from .._result import RolloutResult
 
 PROG = "verifiers-nemo"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -422,7 +422,7 @@ def _sampling_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _new_settings(args: argparse.Namespace) -> EvalSettings:
     """Settings of a fresh run from the flags (raises ConfigurationError on a bad combination)."""
-    from ._eval import REPLAY_MODEL, EvalSettings, resolve_nemo_env
+    from .._eval.evaluation import REPLAY_MODEL, EvalSettings, resolve_nemo_env
 
     if not args.env:
         raise ConfigurationError("name the environment to evaluate (ENV), or resume a run with -R DIR.")
@@ -464,7 +464,7 @@ def _resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSett
     """The saved settings with the flags that may change between sessions applied; others must agree."""
     from dataclasses import replace
 
-    from ._eval import RUN_DEFINING
+    from .._eval.evaluation import RUN_DEFINING
 
     given = _explicit(args)
     if (
@@ -625,7 +625,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _prepare_settings(args: argparse.Namespace) -> tuple[EvalSettings, ResultsFolder | None, dict[str, Any]]:
-    from ._eval import EvalSettings, ResultsFolder
+    from .._eval.evaluation import EvalSettings, ResultsFolder
 
     if args.resume is not None:
         folder = ResultsFolder.existing(args.resume)
@@ -638,7 +638,7 @@ def _prepare_settings(args: argparse.Namespace) -> tuple[EvalSettings, ResultsFo
 def _check_environment(settings: EvalSettings) -> None:
     """The Gym environment exists and can run this policy (else a refusal, before anything starts or is
     written)."""
-    from ._catalogue import get_environment
+    from .._gym.catalogue import get_environment
 
     env = get_environment(settings.nemo_env)
     own_recordings = "jsonl_path" in settings.env_args
@@ -666,9 +666,9 @@ def _run_eval(
     metadata: dict[str, Any],
     wall_start: float,
 ) -> int:
-    from ._errors import MissingRequirementsError
-    from ._eval import Evaluation, dedupe_records, read_results
-    from ._preflight import PreflightError, check_base_url, preflight, resolve_api_key
+    from .._eval.evaluation import Evaluation, dedupe_records, read_results
+    from .._eval.preflight import PreflightError, check_base_url, preflight, resolve_api_key
+    from .._exceptions import MissingRequirementsError
 
     resuming = folder is not None
     previous: list[dict[str, Any]] = []
@@ -717,7 +717,7 @@ def _run_eval(
                     f"note: ignoring {duplicates} duplicate and {unexpected} unexpected lines in results.jsonl"
                 )
         elif args.save:
-            from ._eval import DEFAULT_OUTPUT_DIR, ResultsFolder
+            from .._eval.evaluation import DEFAULT_OUTPUT_DIR, ResultsFolder
 
             folder = ResultsFolder.create(args.output_dir or DEFAULT_OUTPUT_DIR, settings.env, settings.model)
             folder.open_for_append()
@@ -882,7 +882,7 @@ def _metadata(
     records: list[dict[str, Any]],
     sessions: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    from ._eval import replay_agreement, summarize, timing_summary
+    from .._eval.evaluation import replay_agreement, summarize, timing_summary
 
     now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     summary = summarize(
@@ -1026,7 +1026,7 @@ def _wrap(items: list[str], indent: int, width: int = 100) -> str:
 
 
 def _cmd_replay_server(args: argparse.Namespace) -> int:
-    from ._replay_server import replay_upstream, serve_forever
+    from .._upstreams.replay_server import replay_upstream, serve_forever
 
     if not args.env and not args.jsonl_path:
         return _fail("name the environment whose recorded rollouts to serve (ENV), or pass --jsonl-path FILE.")
@@ -1038,7 +1038,7 @@ def _cmd_replay_server(args: argparse.Namespace) -> int:
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
-    from ._catalogue import list_environments
+    from .._gym.catalogue import list_environments
 
     try:
         environments = list_environments()
@@ -1103,7 +1103,7 @@ def _dagger(row: dict[str, Any], key: str) -> str:
 
 def _replay_note(name: str, row: int | None = None) -> str | None:
     """Why the recordings of ``name`` (all of them; with ``row``, also that one's) cannot reproduce."""
-    from ._replay import unreproducible_reason
+    from .._upstreams.replay import unreproducible_reason
 
     return unreproducible_reason(name, row)
 

@@ -25,15 +25,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, Protocol
 
-from ._endpoint import register_api_key
-from ._errors import ConfigurationError
+from .._endpoint import register_api_key
+from .._exceptions import ConfigurationError
 
 if TYPE_CHECKING:
-    from ._endpoint import Endpoint
-    from ._environment import NeMoGymEnv
-    from ._replay import ReplayUpstream
-    from ._result import RolloutResult
-    from ._taskset import Task
+    from .._endpoint import Endpoint
+    from .._environment import NeMoGymEnv
+    from .._result import RolloutResult
+    from .._tasks.taskset import Task
+    from .._upstreams.replay import ReplayUpstream
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ RUN_DEFINING = (
 
 def env_arg_names() -> frozenset[str]:
     """The keys ``-a`` accepts: ``load_environment``'s and ``NeMoGymHarness``'s keyword arguments."""
-    from ._environment import load_environment
-    from ._harness import NeMoGymHarness
+    from .._environment import load_environment
+    from .._harness import NeMoGymHarness
 
     names = set(inspect.signature(load_environment).parameters)
     names |= set(inspect.signature(NeMoGymHarness.__init__).parameters)
@@ -565,7 +565,7 @@ class Evaluation:
 
     def load(self) -> list[Task]:
         """Build the environment's taskset and harness (raises ConfigurationError on bad input)."""
-        from ._environment import load_environment
+        from .._environment import load_environment
 
         s = self.settings
         args = {k: v for k, v in s.env_args.items() if k != "nemo_env"}
@@ -587,7 +587,7 @@ class Evaluation:
         except TypeError as exc:  # an env arg of the wrong kind
             raise ConfigurationError(f"-a: {exc}") from None
         if s.policy == "replay":
-            from ._replay import replay_tasks
+            from .._upstreams.replay import replay_tasks
 
             self.tasks = replay_tasks(self.env.taskset)
             self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks}
@@ -614,11 +614,11 @@ class Evaluation:
         return [(t.task_index, t.rollout_index) for t in self.tasks]
 
     def _endpoints(self, pending: Sequence[Task]) -> Endpoint | Callable[[Task], Endpoint]:
-        from ._endpoint import Endpoint
+        from .._endpoint import Endpoint
 
         s = self.settings
         if s.policy == "replay":
-            from ._replay import ReplayUpstream
+            from .._upstreams.replay import ReplayUpstream
 
             self._replay = ReplayUpstream.from_tasks(list(pending)).start()
             return self._replay.endpoint_for

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ._errors import ConfigurationError
+from .._exceptions import ConfigurationError
 
 logger = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from uuid import uuid4
 import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ._endpoint import Endpoint
-from ._errors import UpstreamError
-from ._gym_schema import GymSchemaError, drop_uncarried_fields, summarize, validate_policy_reply
-from ._token_data import (
+from .._endpoint import Endpoint
+from .._exceptions import UpstreamError
+from .._protocol.gym_schema import GymSchemaError, drop_uncarried_fields, summarize, validate_policy_reply
+from .._protocol.token_data import (
     OUTPUT_LOGPROBS,
     TokenData,
     ask_for_token_data,

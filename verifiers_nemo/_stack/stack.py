@@ -32,16 +32,17 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from ._endpoint import known_api_keys
-from ._errors import ConfigurationError, MissingRequirementsError, StackStartError
-from ._gym_config import (
+from .._endpoint import known_api_keys
+from .._exceptions import ConfigurationError, MissingRequirementsError, StackStartError
+from .._gym.config import (
     POLICY_MODEL,
     ServerInstance,
     merged_configs,
     requirements_beyond_nemo_gym,
     server_instances,
 )
-from ._procs import (
+from .._gym.runtime import GymRuntime, cache_dir, find_gym_runtime
+from .procs import (
     PortReservation,
     port_accepts,
     port_state,
@@ -53,15 +54,14 @@ from ._procs import (
     stop_supervised,
     sweep_dead_owners,
 )
-from ._ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
-from ._runtime import GymRuntime, cache_dir, find_gym_runtime
+from .ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
 
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 _START_ATTEMPTS = 3
 POLICY_IMPLEMENTATION = "verifiers_nemo_policy"
-_GYM_SIDE = Path(__file__).parent / "_gym_side"
+_GYM_SIDE = Path(__file__).parent.parent / "_gym_side"
 # Start-up chatter every Gym server prints (Ray's and uvicorn's INFO lines): left out of failure messages.
 _ROUTINE = re.compile(r"^(INFO:\s|\S+ \S+\s+INFO \S+\.py:\d+ -- |Connecting to Ray cluster at )")
 _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)

@@ -27,13 +27,13 @@ import threading
 import time
 from pathlib import Path
 
-from ._procs import PortReservation, remove_path, reserve_ports, stop_supervised, sweep_dead_owners
-from ._runtime import GymRuntime, cache_dir
+from .._gym.runtime import GymRuntime, cache_dir
+from .procs import PortReservation, remove_path, reserve_ports, stop_supervised, sweep_dead_owners
 
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
-_GYM_SIDE = Path(__file__).parent / "_gym_side"
+_GYM_SIDE = Path(__file__).parent.parent / "_gym_side"
 _STOP_TIMEOUT = 10.0
 TEMP_PREFIX = "vnr-ray-"
 """Temporary folders are ``<tmp>/vnr-ray-<owner pid>-<random>``: short (Ray's socket paths live under

@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
-from ._errors import ConfigurationError, GymRuntimeError, UnknownEnvironmentError
-from ._gym_config import requirements_beyond_nemo_gym
+from .._exceptions import ConfigurationError, GymRuntimeError, UnknownEnvironmentError
+from .config import requirements_beyond_nemo_gym
 
 logger = logging.getLogger(__name__)
 
@@ -415,7 +415,7 @@ _cache_lock = threading.Lock()
 def _resolve_root(root: str | Path | None) -> Path:
     if root is None:
         try:
-            from ._runtime import gym_root
+            from .runtime import gym_root
         except ImportError:  # pragma: no cover - only before _runtime exists
             resolved = _installed_gym_root()
         else:
