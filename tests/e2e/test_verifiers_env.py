@@ -386,3 +386,42 @@ async def test_vf_eval_max_turns_bounds_gym_steps_so_rollouts_still_verify(vf_py
     assert sorted(t["metrics"]["set_overlap"] for t in traces) == [0.0, 0.5]
     log = "".join(path.read_text() for path in (tmp_path / "vf-out").rglob("eval.log"))
     assert "Gym stack example_multi_step ready" in log, "our log lines should reach vf-eval's log"
+
+
+async def test_vf_eval_failed_rollout_is_a_harness_error_never_a_reward_of_zero(
+    vf_python: Path, tmp_path: Path
+) -> None:
+    from aiohttp import web
+
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "model 'm' does not exist"}}, status=404)
+
+    app = web.Application()
+    app.router.add_post("/v1/responses", refuse)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        code, output, episodes = await vf_eval(
+            vf_python,
+            tmp_path,
+            f"http://127.0.0.1:{runner.addresses[0][1]}/v1",
+            "--env.taskset.nemo-env",
+            "example_single_tool_call",
+            "-n",
+            "2",
+        )
+    finally:
+        await runner.cleanup()
+    traces = _traces(episodes)
+    assert len(traces) == 2, output[-3000:]
+    for trace in traces:
+        assert not trace["ok"]
+        assert _reward(trace) is None, "a failed rollout must carry no reward"
+        # verifiers' interception saw the provider fail and types it itself; our harness's own
+        # outcome says the same, typed.
+        assert [e["type"] for e in trace["errors"]] in (["ProviderError"], ["HarnessError"]), trace["errors"]
+        assert "404" in trace["errors"][0]["message"]
+        assert trace["info"]["nemo_gym"]["error"]["type"].startswith("upstream")
+        assert trace["info"]["nemo_gym"]["reward"] is None
