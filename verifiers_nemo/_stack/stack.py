@@ -20,19 +20,16 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from urllib.parse import urlsplit
 
 import yaml
 
-from .._endpoint import known_api_keys
 from .._exceptions import ConfigurationError, MissingRequirementsError, StackStartError
 from .._gym.config import (
     POLICY_MODEL,
@@ -106,6 +103,8 @@ class StackConfig:
     """Let nemo-gym build its own venv (from PyPI) for servers whose requirements the runtime lacks."""
     pass_env: tuple[str, ...] = ()
     """Environment variables with secret-looking names that Gym processes may still see."""
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)
+    """Values Gym processes must never see (API keys): environment variables holding one are dropped."""
     shared_ray: bool = True
     """Join the process's one Ray head (see ``_ray_head``) instead of letting ng_run start a Ray cluster
     per stack. Ignored when ``overrides`` name a ``ray_head_node_address`` of their own."""
@@ -388,12 +387,11 @@ class GymStack:
         return links
 
     def _child_env(self, runtime: GymRuntime) -> dict[str, str]:
-        # No secrets for Gym: drop secret-looking names, and any variable holding an Endpoint's API key.
-        keys = known_api_keys()
+        # No secrets for Gym: drop secret-looking names, and any variable holding one of the config's secrets.
         env = {
             k: v
             for k, v in os.environ.items()
-            if (not _SECRET_NAME.search(k) or k in self.config.pass_env) and v not in keys
+            if (not _SECRET_NAME.search(k) or k in self.config.pass_env) and v not in self.config.secrets
         }
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled bytecode halves each server's start
         env.pop("VIRTUAL_ENV", None)
@@ -733,7 +731,7 @@ def _http_ok(port: int) -> bool:
         conn.close()
 
 
-# -- process-wide registry: one stack per (process, config), teardown at exit and on signals --------
+# -- process-wide registry: one stack per (process, config), teardown at exit -----------------------
 
 _registry_lock = threading.Lock()
 _running: set[GymStack] = set()
@@ -766,7 +764,8 @@ def release_stack(stack: GymStack) -> None:
 
 
 def stop_all_stacks() -> None:
-    """Stop every stack this process started (at exit and on SIGTERM/SIGINT)."""
+    """Stop every stack this process started (at interpreter exit). No signal handler calls it: when the
+    process dies by a signal, each stack's supervisor sees its pipe close and takes the stack down."""
     with _registry_lock:
         stacks = list(_running)
     for stack in stacks:
@@ -778,35 +777,14 @@ def stop_all_stacks() -> None:
 
 
 def _registry_track(stack: GymStack) -> None:
+    global _hooks_installed
     with _registry_lock:
         _running.add(stack)
-        _install_hooks()
+        if not _hooks_installed:
+            _hooks_installed = True
+            atexit.register(stop_all_stacks)
 
 
 def _registry_untrack(stack: GymStack) -> None:
     with _registry_lock:
         _running.discard(stack)
-
-
-def _install_hooks() -> None:
-    global _hooks_installed
-    if _hooks_installed:
-        return
-    _hooks_installed = True
-    atexit.register(stop_all_stacks)
-    if threading.current_thread() is not threading.main_thread():
-        return  # signal handlers can only be set from the main thread; the watchdog still holds
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        previous = signal.getsignal(sig)
-        if previous in (signal.SIG_DFL, None):
-            signal.signal(sig, _make_handler(sig))
-
-
-def _make_handler(sig: signal.Signals) -> Callable[[int, FrameType | None], None]:
-    def handle(signum: int, frame: FrameType | None) -> None:
-        # Stop the stacks, then let the signal do what the user expects (uvicorn-style re-raise).
-        stop_all_stacks()
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-
-    return handle
