@@ -10,6 +10,10 @@ Two families:
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
+FailureKind = Literal["http", "timeout", "connection", "protocol", "conversion", "internal"]
+
 
 class VerifiersNemoError(Exception):
     """Base class of every error this package raises."""
@@ -80,6 +84,30 @@ class UpstreamError(RolloutError):
     """The policy's inference endpoint failed (after bounded retries) or answered garbage."""
 
     type = "upstream"
+
+
+class UpstreamFailure(UpstreamError):
+    """An ``UpstreamError`` with the facts of the failed call.
+
+    ``kind`` is one of ``http`` (a non-retryable or exhausted HTTP status), ``timeout``,
+    ``connection``, ``protocol`` (garbage JSON or a reply that does not validate), ``conversion``
+    (a request that cannot be expressed to this upstream) or ``internal``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: FailureKind,
+        upstream_status: int | None = None,
+        attempts: int = 0,
+        request: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.upstream_status = upstream_status
+        self.attempts = attempts
+        self.request = request
 
 
 class GymAgentError(RolloutError):

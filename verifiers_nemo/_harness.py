@@ -24,11 +24,11 @@ from ._exceptions import (
     UpstreamError,
 )
 from ._gym.config import POLICY_MODEL, merged_configs, server_instances
+from ._protocol import output_to_messages
 from ._result import (
     ROUTE_METADATA_KEY,
     RolloutResult,
     extract_metrics,
-    output_to_messages,
     parse_reward,
     strip_route,
     sum_usage,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -104,92 +103,6 @@ def extract_metrics(gym_result: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, bool) or (isinstance(value, int | float) and not math.isnan(value)):
             metrics[key] = float(value)
     return metrics
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text") or part.get("refusal")
-                if text:
-                    parts.append(text)
-            elif isinstance(part, str):
-                parts.append(part)
-        return "".join(parts)
-    return "" if content is None else str(content)
-
-
-def _reasoning_text(item: dict[str, Any]) -> str:
-    chunks = [s.get("text", "") for s in item.get("summary") or [] if isinstance(s, dict)]
-    chunks += [c.get("text", "") for c in item.get("content") or [] if isinstance(c, dict)]
-    return "\n".join(c for c in chunks if c)
-
-
-def output_to_messages(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Responses output items as chat messages.
-
-    Assistant text and tool calls become one assistant message per turn (``tool_calls`` in chat
-    form), tool results become ``tool`` messages, and reasoning is kept apart in the assistant
-    message's ``reasoning_content``.
-    """
-    messages: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
-    pending_reasoning: list[str] = []
-
-    def assistant() -> dict[str, Any]:
-        nonlocal current
-        if current is None:
-            current = {"role": "assistant", "content": ""}
-            if pending_reasoning:
-                current["reasoning_content"] = "\n".join(pending_reasoning)
-                pending_reasoning.clear()
-            messages.append(current)
-        return current
-
-    for item in output:
-        kind = item.get("type")
-        if kind == "reasoning":
-            text = _reasoning_text(item)
-            if text:
-                if current is not None and not current.get("content") and not current.get("tool_calls"):
-                    current["reasoning_content"] = "\n".join(filter(None, [current.get("reasoning_content"), text]))
-                else:
-                    current = None
-                    pending_reasoning.append(text)
-        elif kind == "message" or (kind is None and item.get("role") == "assistant"):
-            msg = assistant()
-            if msg.get("tool_calls"):
-                current = None
-                msg = assistant()
-            msg["content"] = (msg["content"] or "") + _content_text(item.get("content"))
-        elif kind == "function_call":
-            msg = assistant()
-            msg.setdefault("tool_calls", []).append(
-                {
-                    "id": item.get("call_id") or item.get("id"),
-                    "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
-                }
-            )
-        elif kind == "function_call_output":
-            current = None
-            output_value = item.get("output")
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": item.get("call_id"),
-                    "content": output_value if isinstance(output_value, str) else json.dumps(output_value),
-                }
-            )
-        else:
-            current = None
-            messages.append({"role": "assistant", "content": "", "item": item})
-    if pending_reasoning:
-        messages.append({"role": "assistant", "content": "", "reasoning_content": "\n".join(pending_reasoning)})
-    return messages
 
 
 def sum_usage(usages: list[dict[str, Any] | None]) -> dict[str, int]:

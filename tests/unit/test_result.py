@@ -8,11 +8,11 @@ import pytest
 
 from verifiers_nemo import ConfigurationError, InvalidResult, NeMoGymHarness
 from verifiers_nemo._harness import split_sampling_args
+from verifiers_nemo._protocol import output_to_messages
 from verifiers_nemo._result import (
     ROUTE_METADATA_KEY,
     RolloutResult,
     extract_metrics,
-    output_to_messages,
     parse_reward,
     strip_route,
     sum_usage,

@@ -8,14 +8,10 @@ from typing import Any
 
 import pytest
 
+from verifiers_nemo._exceptions import UpstreamFailure
+from verifiers_nemo._protocol import finish_response, input_to_messages, responses_to_chat_request
 from verifiers_nemo._protocol.gym_schema import validate_policy_reply
-from verifiers_nemo._upstreams.upstream import (
-    UpstreamFailure,
-    chat_to_responses_reply,
-    finish_response,
-    input_to_messages,
-    responses_to_chat_request,
-)
+from verifiers_nemo._upstreams.upstream import chat_to_responses_reply
 
 TOOLS: list[dict[str, Any]] = [
     {

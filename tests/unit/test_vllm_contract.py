@@ -12,11 +12,11 @@ import pytest
 
 from tests.unit.saved_vllm import Answer, SavedVllm, load, raw
 from verifiers_nemo._endpoint import Endpoint
+from verifiers_nemo._protocol import input_to_messages, responses_to_chat_request
 from verifiers_nemo._protocol.gym_schema import validate_policy_reply
 from verifiers_nemo._protocol.token_data import OUTPUT_LOGPROBS, ask_for_token_data
 from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, Route, RoutingProxy
 from verifiers_nemo._routing.trace import PolicyCall, check_contiguity
-from verifiers_nemo._upstreams.upstream import input_to_messages, responses_to_chat_request
 
 
 @pytest.fixture
@@ -426,12 +426,12 @@ def _retokenized(api: str, first: dict[str, Any], continuation: list[int]) -> by
 
 
 def test_cli_return_tokens_flag_is_the_return_tokens_sampling_arg() -> None:
-    from verifiers_nemo._cli.main import _new_settings, build_parser
+    from verifiers_nemo._cli import build_parser, new_settings
     from verifiers_nemo._harness import split_sampling_args
 
     def settings(*flags: str) -> Any:
         argv = ["eval", "example_multi_step", "-b", "http://127.0.0.1:9/v1", "--api", "chat", *flags]
-        return _new_settings(build_parser().parse_args(argv))
+        return new_settings(build_parser().parse_args(argv))
 
     assert settings("--return-tokens", "-S", '{"top_logprobs": 1}').sampling_args == {
         "top_logprobs": 1,

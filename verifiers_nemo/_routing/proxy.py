@@ -30,16 +30,9 @@ import aiohttp
 from aiohttp import web
 
 from .._endpoint import Endpoint
-from .._exceptions import ConfigurationError, UpstreamError
-from .._upstreams.upstream import (
-    ChatCompletionsUpstream,
-    ResponsesUpstream,
-    RetryPolicy,
-    Upstream,
-    UpstreamFailure,
-    dumps,
-    loads,
-)
+from .._exceptions import ConfigurationError, UpstreamError, UpstreamFailure
+from .._protocol import dumps, loads
+from .._upstreams.upstream import ChatCompletionsUpstream, ResponsesUpstream, RetryPolicy, Upstream
 from .trace import PolicyCall
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import UpstreamError
-from .._upstreams.upstream import loads
+from .._protocol import loads
 
 
 @dataclass(slots=True, eq=False)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .._exceptions import ConfigurationError, TasksetError
 from .._gym.catalogue import EXAMPLE_ROLLOUTS, RESPONSES_API_AGENTS, GymEnvironment, get_environment
+from .._protocol import to_chat_messages, to_chat_tools
 
 if TYPE_CHECKING:
     import datasets
@@ -40,7 +41,6 @@ _RECORDED_OUTPUTS = ("response", "reward")
 # Fields Gym's rollout collection stamps on rows; the harness stamps its own.
 _GYM_STAMP_PREFIX = "_ng_"
 _EXAMPLE_ID_FIELDS = ("id", "example_id", "task_id")
-_TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text"})
 _MAX_SKIP_REASONS = 5
 
 # The fields of nemo-gym 0.4.0's NeMoGymResponseCreateParamsNonStreaming (extra="forbid"); used only
@@ -810,84 +810,6 @@ def _example_id(row: dict[str, Any], row_index: int) -> str:
         if isinstance(value, str | int) and not isinstance(value, bool):
             return str(value)
     return str(row_index)
-
-
-# --------------------------------------------------------------------------------------------
-# Chat-style views of Responses items
-
-
-def to_chat_messages(items: str | list[Any]) -> list[dict[str, Any]]:
-    """Responses ``input`` as Chat Completions messages.
-
-    Messages keep their role (``developer`` becomes ``system``); content made only of text parts is
-    joined into one string with newlines, other content becomes chat parts (``input_image`` becomes
-    ``image_url``). ``function_call`` items become assistant ``tool_calls``, ``function_call_output``
-    items ``tool`` messages; reasoning items are left out.
-    """
-    if isinstance(items, str):
-        return [{"role": "user", "content": items}]
-    messages: list[dict[str, Any]] = []
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type")
-        if kind in (None, "message") and "role" in item:
-            role = "system" if item["role"] == "developer" else str(item["role"])
-            messages.append({"role": role, "content": _chat_content(item.get("content"))})
-        elif kind == "function_call":
-            call = {
-                "id": item.get("call_id") or item.get("id") or "",
-                "type": "function",
-                "function": {"name": item.get("name", ""), "arguments": item.get("arguments", "")},
-            }
-            if messages and messages[-1]["role"] == "assistant":
-                messages[-1].setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output", "")
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": item.get("call_id", ""),
-                    "content": output if isinstance(output, str) else json.dumps(output),
-                }
-            )
-    return messages
-
-
-def to_chat_tools(tools: list[Any]) -> list[dict[str, Any]]:
-    """Responses tool definitions in Chat Completions form; non-function tools are kept as they are."""
-    converted = []
-    for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool:
-            function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
-            converted.append({"type": "function", "function": function})
-        else:
-            converted.append(tool)
-    return converted
-
-
-def _chat_content(content: Any) -> str | list[dict[str, Any]]:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return json.dumps(content)
-    parts = [p for p in content if isinstance(p, dict)]
-    if all(p.get("type") in _TEXT_PART_TYPES or p.get("type") == "refusal" for p in parts):
-        return "\n".join(str(p.get("text", p.get("refusal", ""))) for p in parts)
-    converted: list[dict[str, Any]] = []
-    for part in parts:
-        kind = part.get("type")
-        if kind in _TEXT_PART_TYPES:
-            converted.append({"type": "text", "text": part.get("text", "")})
-        elif kind == "input_image":
-            converted.append({"type": "image_url", "image_url": {"url": part.get("image_url") or part.get("file_id")}})
-        else:
-            converted.append(part)
-    return converted
 
 
 def _content_as_parts(message: dict[str, Any]) -> dict[str, Any]:
