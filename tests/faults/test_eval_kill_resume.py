@@ -28,7 +28,7 @@ from aiohttp import web
 
 from tests.e2e.test_cli import CLI, SynonymPolicy, _child_env
 from tests.faults.helpers import cmdline_of, environ_of, pids_with_env, record_figures
-from verifiers_nemo._eval.evaluation import read_results
+from verifiers_nemo._eval import read_results
 from verifiers_nemo._gym.runtime import cache_dir
 from verifiers_nemo._stack.procs import port_accepts
 

@@ -34,7 +34,7 @@ import pytest
 from tests.e2e.test_cli import CLI, SynonymPolicy, _child_env
 from tests.faults.helpers import COUNTER_ENV, cmdline_of, pids_with_env, record_figures
 from verifiers_nemo import ConfigurationError, NeMoGymHarness, NeMoGymTaskset, load_environment
-from verifiers_nemo._eval.evaluation import EvalSettings
+from verifiers_nemo._eval import EvalSettings
 from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks, unreproducible_reason
 
 pytestmark = pytest.mark.e2e

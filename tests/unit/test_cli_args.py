@@ -11,8 +11,8 @@ from aiohttp import web
 
 from tests.unit.fake_upstream import FakeUpstream
 from verifiers_nemo import ConfigurationError
-from verifiers_nemo._cli.main import _new_settings, _resumed_settings, build_parser, main
-from verifiers_nemo._eval.evaluation import EvalSettings, Evaluation, check_env_args, resolve_nemo_env
+from verifiers_nemo._cli import build_parser, main, new_settings, resumed_settings
+from verifiers_nemo._eval import EvalSettings, Evaluation, check_env_args, resolve_nemo_env
 from verifiers_nemo._eval.preflight import (
     ApiKey,
     PreflightError,
@@ -131,8 +131,8 @@ def _args(*argv: str):  # type: ignore[no-untyped-def]
 
 
 def test_no_base_url_means_replay_and_a_base_url_means_endpoint() -> None:
-    replay = _new_settings(_args(ENV))
-    endpoint = _new_settings(_args(ENV, "-b", "http://h:1/v1", "-m", "org/m", "-r", "3", "-c", "4"))
+    replay = new_settings(_args(ENV))
+    endpoint = new_settings(_args(ENV, "-b", "http://h:1/v1", "-m", "org/m", "-r", "3", "-c", "4"))
 
     assert (replay.policy, replay.model, replay.rollouts_per_example) == ("replay", "replay", 1)
     assert (endpoint.policy, endpoint.model, endpoint.rollouts_per_example) == ("endpoint", "org/m", 3)
@@ -140,7 +140,7 @@ def test_no_base_url_means_replay_and_a_base_url_means_endpoint() -> None:
 
 
 def test_max_tokens_and_temperature_win_over_sampling_args() -> None:
-    settings = _new_settings(
+    settings = new_settings(
         _args(ENV, "-b", "http://h:1/v1", "-S", '{"temperature": 1.0, "top_p": 0.9}', "-T", "0.2", "-t", "64")
     )
 
@@ -148,7 +148,7 @@ def test_max_tokens_and_temperature_win_over_sampling_args() -> None:
 
 
 def test_env_package_reads_the_gym_environment_from_env_args() -> None:
-    settings = _new_settings(_args("nemo-gym-env", "-a", '{"nemo_env": "example_single_tool_call"}'))
+    settings = new_settings(_args("nemo-gym-env", "-a", '{"nemo_env": "example_single_tool_call"}'))
 
     assert (settings.env, settings.nemo_env) == ("nemo-gym-env", "example_single_tool_call")
     assert resolve_nemo_env(ENV, {"nemo_env": ENV}) == ENV
@@ -159,7 +159,7 @@ def test_env_args_accept_taskset_and_harness_keywords() -> None:
 
 
 def test_loading_tasks_for_an_endpoint_picks_the_dataset_and_limits_it() -> None:
-    settings = _new_settings(_args(ENV, "-b", "http://h:1/v1", "-m", "m", "-n", "2", "-r", "3"))
+    settings = new_settings(_args(ENV, "-b", "http://h:1/v1", "-m", "m", "-n", "2", "-r", "3"))
     evaluation = Evaluation(settings)
 
     tasks = evaluation.load()
@@ -172,7 +172,7 @@ def test_loading_tasks_for_an_endpoint_picks_the_dataset_and_limits_it() -> None
 
 
 def test_loading_a_replay_keeps_each_task_recorded_reward() -> None:
-    evaluation = Evaluation(_new_settings(_args(ENV, "-r", "2")))
+    evaluation = Evaluation(new_settings(_args(ENV, "-r", "2")))
 
     evaluation.load()
 
@@ -194,7 +194,7 @@ def _saved() -> EvalSettings:
 
 
 def test_resume_keeps_saved_settings_and_takes_operational_overrides() -> None:
-    resumed = _resumed_settings(
+    resumed = resumed_settings(
         _args("-R", "x", "-b", "http://new:8000/v1", "-c", "3", "--timeout", "9", "-r", "4", "-T", "0.7"),
         _saved(),
     )
@@ -217,7 +217,7 @@ def test_resume_keeps_saved_settings_and_takes_operational_overrides() -> None:
 )
 def test_resume_refuses_flags_that_change_the_run(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigurationError) as info:
-        _resumed_settings(_args(*argv), _saved())
+        resumed_settings(_args(*argv), _saved())
 
     assert message in str(info.value)
 
@@ -226,7 +226,7 @@ def test_resume_says_all_examples_where_the_saved_run_had_no_n() -> None:
     from dataclasses import replace
 
     with pytest.raises(ConfigurationError) as info:
-        _resumed_settings(_args("-R", "x", "-n", "3"), replace(_saved(), num_examples=None))
+        resumed_settings(_args("-R", "x", "-n", "3"), replace(_saved(), num_examples=None))
 
     assert "-n 3 differs from the resumed run's (all examples)" in str(info.value)
     assert "None" not in str(info.value)

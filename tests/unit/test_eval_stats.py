@@ -9,17 +9,13 @@ from typing import Any
 import pytest
 
 from verifiers_nemo import ConfigurationError
-from verifiers_nemo._eval.evaluation import (
-    EvalSettings,
-    ResultsFolder,
-    dedupe_records,
-    missing_pairs,
+from verifiers_nemo._eval.results import ResultsFolder, dedupe_records, missing_pairs, read_results, run_folder_name
+from verifiers_nemo._eval.settings import EvalSettings
+from verifiers_nemo._eval.stats import (
     pass_at_k,
     pass_power_k,
     powers_of_two_up_to,
-    read_results,
     replay_agreement,
-    run_folder_name,
     summarize,
     timing_summary,
 )

@@ -1,0 +1,289 @@
+"""``verifiers-nemo eval``: settings checked, the endpoint preflighted, the run folder opened (or
+resumed), the rollouts run with live progress, the summary printed, and SIGINT/SIGTERM stopping
+the run cleanly (finished rollouts kept)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._eval import format_summary, plural, run_metadata, slim_record
+from .._exceptions import ConfigurationError, VerifiersNemoError
+from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
+from .progress import Progress
+from .settings import new_settings, resumed_settings
+
+if TYPE_CHECKING:
+    from .._eval import EvalSettings, Evaluation, ResultsFolder
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    wall_start = time.monotonic()
+    if args.output_dir is not None or args.save_trace:
+        args.save = True
+    try:
+        settings, folder, metadata = _prepare_settings(args)
+    except VerifiersNemoError as exc:
+        return fail(str(exc))
+    try:
+        return _run_eval(args, settings, folder, metadata, wall_start)
+    finally:
+        if folder is not None:
+            folder.close()
+
+
+def _prepare_settings(args: argparse.Namespace) -> tuple[EvalSettings, ResultsFolder | None, dict[str, Any]]:
+    from .._eval import EvalSettings, ResultsFolder
+
+    if args.resume is not None:
+        folder = ResultsFolder.existing(args.resume)
+        metadata = folder.read_metadata()
+        settings = resumed_settings(args, EvalSettings.from_dict(metadata["settings"]))
+        return settings, folder, metadata
+    return new_settings(args), None, {}
+
+
+def _check_environment(settings: EvalSettings) -> None:
+    """The Gym environment exists and can run this policy (else a refusal, before anything starts or is
+    written)."""
+    from .._gym.catalogue import get_environment
+    from .._upstreams.replay import unreproducible_reason
+
+    env = get_environment(settings.nemo_env)
+    own_recordings = "jsonl_path" in settings.env_args
+    if settings.policy == "replay" and not env.has_example_rollouts and not own_recordings:
+        raise ConfigurationError(
+            f"{env.name} has no recorded rollouts to replay ({env.example_rollouts_path} is missing or "
+            "empty); evaluate a model with -b URL -m MODEL instead."
+        )
+    reason = unreproducible_reason(env.name)
+    if settings.policy == "replay" and reason and not own_recordings:
+        raise ConfigurationError(
+            f"{env.name}'s recorded rollouts cannot be replayed: {reason} (marked † in `{PROG} envs`). "
+            "Evaluate a model on it instead: -b URL -m MODEL."
+        )
+
+
+def _run_eval(
+    args: argparse.Namespace,
+    settings: EvalSettings,
+    folder: ResultsFolder | None,
+    metadata: dict[str, Any],
+    wall_start: float,
+) -> int:
+    from .._eval import (
+        Evaluation,
+        PreflightError,
+        check_base_url,
+        dedupe_records,
+        preflight,
+        read_results,
+        resolve_api_key,
+    )
+    from .._exceptions import MissingRequirementsError
+    from .._upstreams.replay import unreproducible_reason
+
+    resuming = folder is not None
+    previous: list[dict[str, Any]] = []
+    notes: list[str] = []
+    try:
+        if settings.policy == "endpoint":
+            assert settings.base_url is not None
+            settings.base_url = check_base_url(settings.base_url)
+            key = resolve_api_key(settings.api_key_var) if not resuming else None
+        _check_environment(settings)
+        if settings.policy == "endpoint" and key is not None:
+            settings.model = preflight(settings.base_url, settings.model or None, key)
+        evaluation = Evaluation(settings)
+        tasks = evaluation.load()
+        expected = evaluation.expected_pairs
+        examples = len(expected) // settings.rollouts_per_example
+        if not resuming and settings.num_examples and settings.num_examples > examples:
+            source = evaluation.env.taskset.path.name if evaluation.env is not None else "the dataset"
+            say(f"note: -n {settings.num_examples}, but {source} has {plural(examples, 'example')}; running all.")
+        if folder is not None:  # resume: what is done already (read only, so a finished run needs no write)
+            records, truncated = read_results(folder.results_path)
+            previous, duplicates, unexpected = dedupe_records(records, set(expected))
+            done = {(int(r["task_index"]), int(r["rollout_index"])) for r in previous}
+            if not truncated and all(pair in done for pair in expected):
+                return _show_finished(settings, folder, metadata, previous, len(expected))
+            if settings.policy == "endpoint":
+                assert settings.base_url is not None
+                key = resolve_api_key(settings.api_key_var)
+                settings.model = preflight(settings.base_url, settings.model or None, key)
+        external = evaluation.check()  # judge-scored environment, missing packages: refused before anything starts
+        if external:
+            notes.insert(0, f"note: {settings.nemo_env} needs more than this machine: {'; '.join(external)}.")
+        if settings.policy == "endpoint":
+            evaluation.use_api_key(key.value)
+        if folder is not None:
+            folder.open_for_append()
+            records, truncated = read_results(folder.results_path, repair=True)
+            previous, duplicates, unexpected = dedupe_records(records, set(expected))
+            if truncated:
+                notes.append(
+                    "note: the last line of results.jsonl was cut off (the run was killed while writing it); "
+                    "that rollout runs again"
+                )
+            if duplicates or unexpected:
+                notes.append(
+                    f"note: ignoring {duplicates} duplicate and {unexpected} unexpected lines in results.jsonl"
+                )
+        elif args.save:
+            from .._eval import DEFAULT_OUTPUT_DIR, ResultsFolder
+
+            folder = ResultsFolder.create(args.output_dir or DEFAULT_OUTPUT_DIR, settings.env, settings.model)
+            folder.open_for_append()
+    except PreflightError as exc:
+        return fail(str(exc), EXIT_USAGE if exc.usage else EXIT_FAILED)
+    except MissingRequirementsError as exc:
+        env_args = {**settings.env_args, "isolated_venvs": True}
+        return fail(exc.describe(f"add -a '{json.dumps(env_args)}'"), EXIT_FAILED)
+    except VerifiersNemoError as exc:
+        return fail(str(exc))
+
+    for note in notes:
+        say(note)
+    done = {(int(r["task_index"]), int(r["rollout_index"])) for r in previous}
+    pending = [t for t in tasks if (t.task_index, t.rollout_index) not in done]
+    if settings.policy == "replay":
+        header = f"{settings.nemo_env} with the replay policy (its recorded rollouts answer)"
+    else:
+        header = f"{settings.nemo_env} with {settings.model} @ {settings.base_url} ({settings.api} API)"
+    say(
+        f"Evaluating {header}: {plural(examples, 'example')} x {plural(settings.rollouts_per_example, 'rollout')}"
+        f" = {len(expected)}"
+        + (f" ({len(pending)} to run)" if previous else "")
+        + (f"; saving to {folder.path}" if folder else "")
+    )
+    if settings.policy == "replay":
+        known = sorted({t.task_index for t in pending if unreproducible_reason(settings.nemo_env, t.task_index)})
+        for task_index in known:
+            say(
+                f"note: the recording of task {task_index} is known not to reproduce "
+                f"({unreproducible_reason(settings.nemo_env, task_index)}); it is left out of the replay verdict."
+            )
+    return asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start))
+
+
+def _show_finished(
+    settings: EvalSettings,
+    folder: ResultsFolder,
+    metadata: dict[str, Any],
+    records: list[dict[str, Any]],
+    expected: int,
+) -> int:
+    """``-R`` of a run with nothing left to run: its summary as saved (no endpoint check, no stack, and its
+    sessions' real timings), writing nothing unless its status was not ``finished`` yet."""
+    sessions = list(metadata.get("sessions", []))
+    updated = run_metadata(metadata, settings, folder, expected, [slim_record(r) for r in records], sessions)
+    updated["status"] = "finished"
+    if metadata.get("status") != "finished":
+        with contextlib.suppress(OSError):
+            folder.write_metadata(updated)
+    say(f"Nothing to run: every rollout of {folder.path} is done ({len(records)} of {expected}).")
+    print(format_summary(updated), flush=True)
+    return _exit_status(updated)
+
+
+def _exit_status(metadata: Mapping[str, Any]) -> int:
+    rollouts = metadata["summary"]["rollouts"]
+    if rollouts["total"] and rollouts["scored"] == 0:
+        say(f"{PROG}: every rollout failed ({rollouts['errored']}); see Errors in the summary.")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _execute(
+    evaluation: Evaluation,
+    pending: list[Any],
+    previous: list[dict[str, Any]],
+    folder: ResultsFolder | None,
+    metadata: dict[str, Any],
+    wall_start: float,
+) -> int:
+    settings = evaluation.settings
+    records = [slim_record(r) for r in previous]
+    progress = Progress()
+    progress.seed(
+        [float(r["reward"]) for r in previous if r.get("reward") is not None and not r.get("error")],
+        sum(1 for r in previous if r.get("error") or r.get("reward") is None),
+    )
+    session = {"started_at": evaluation.timing.started_at}
+    sessions = [*metadata.get("sessions", []), session]
+    metadata = run_metadata(metadata, settings, folder, len(evaluation.expected_pairs), records, sessions)
+    if folder is not None:
+        metadata["status"] = "running"
+        folder.write_metadata(metadata)
+
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    received: list[int] = []
+
+    def interrupt(sig: int) -> None:
+        if received:  # a second signal: stop now (the stack's supervisor cleans up after us)
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+        received.append(sig)
+        say(f"\n{signal.Signals(sig).name}: stopping (finished rollouts are kept; again to force) ...")
+        main_task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt, sig)
+    failure: str | None = None
+    try:
+        if not pending:
+            say(f"All {len(previous)} rollouts are already done; nothing to run.")
+        else:
+            await evaluation.start(progress)
+            async for result in evaluation.run(pending, progress, done=len(previous)):
+                record = evaluation.record_of(result)
+                if folder is not None:
+                    folder.append(record)
+                records.append(slim_record(record))
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        main_task.uncancel()
+    except VerifiersNemoError as exc:  # the stack could not start, a requirement is missing ...
+        failure = str(exc)
+    finally:
+        progress.close()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(evaluation.aclose())
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    timing = evaluation.timing
+    session.update(
+        wall_s=time.monotonic() - wall_start,
+        stack_start_s=timing.stack_start_s,
+        rollouts=timing.rollouts,
+        rollouts_s=timing.rollouts_s,
+    )
+    metadata = run_metadata(metadata, settings, folder, len(evaluation.expected_pairs), records, sessions)
+    missing = metadata["counts"]["missing"]
+    status = "interrupted" if received else "failed" if failure else "finished" if not missing else "incomplete"
+    metadata["status"] = status
+    if folder is not None:
+        folder.write_metadata(metadata)
+
+    if failure is not None:
+        say(f"{PROG}: error: {failure}")
+    if records:
+        print(format_summary(metadata), flush=True)
+    if received:
+        hint = f" Resume with: {PROG} eval -R {folder.path}" if folder is not None else " (use -s to be able to resume)"
+        say(f"Interrupted: {len(records)} of {metadata['counts']['expected']} rollouts done.{hint}")
+        return 128 + received[0]
+    if failure is not None:
+        return EXIT_FAILED
+    return _exit_status(metadata)

@@ -1,0 +1,295 @@
+"""The ``verifiers-nemo`` argument parser: commands, flags, help texts and value checks (one line of
+error and exit 2 on bad input, before anything heavy is imported)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .console import EXIT_USAGE, PROG
+from .envs import cmd_envs
+from .eval import cmd_eval
+from .replay_server import cmd_replay_server
+
+EVAL_DESCRIPTION = """\
+Evaluate a model on a NeMo Gym environment: run its tasks as rollouts through the real Gym stack,
+print a summary (reward, pass@k, metrics, errors, tokens, timing) and, with -s, save every rollout.
+
+Policies:
+  replay    (default without -b) the environment's recorded rollouts (data/example_rollouts.jsonl)
+            answer as the model; no GPU or API key needed, and the rewards must match the recorded ones.
+  endpoint  (default with -b) an OpenAI-compatible server at -b serving -m, spoken to with --api.
+"""
+
+EVAL_EPILOG = """\
+API key: -k names the environment variable holding the key (default OPENAI_API_KEY). A variable named
+with -k must be set. When -k is not given and OPENAI_API_KEY is unset, requests go without a key (as a
+local vLLM needs); a server that then refuses them fails the preflight with a message naming the variable.
+The key is never written to disk or logged.
+
+Before anything starts, the endpoint is checked (GET <base>/models within 5 s: reachable, key accepted,
+model served; with one model served, -m may be left out).
+
+Results (-s): <output-dir>/<env>--<model>/<run id>/results.jsonl (one rollout a line, written as each
+finishes) and metadata.json (settings without secrets, counts, summary). -R <run folder> runs only the
+(task, rollout) pairs missing there, with the saved settings; the summary covers all of them.
+Errored rollouts are kept in results.jsonl, counted by type, and left out of reward and pass@k.
+
+Exit status: 0 when the run finished (also when some rollouts failed: the output says so), 1 when
+it could not start or every rollout failed, 2 for bad arguments, 130/143 when interrupted.
+
+Examples:
+  verifiers-nemo eval example_multi_step                       # replay, no GPU
+  verifiers-nemo eval example_multi_step -m Qwen/Qwen3-8B -b http://gpu-node:8000/v1 -n 100 -r 4 -c 64 -s
+  verifiers-nemo eval nemo-gym-env -a '{"nemo_env": "example_single_tool_call"}' -s
+  verifiers-nemo eval -R outputs/evals/example_multi_step--replay/20250101-120000-a1b2c3
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """One line of error and where to find help; exit 2 (no usage dump, no traceback)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nSee '{self.prog} --help'.\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}")
+    return value
+
+
+def _any_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text}")
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"key\": 1}}', not {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Run NVIDIA NeMo Gym environments: evaluate models, list environments.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    ev = commands.add_parser(
+        "eval",
+        help="evaluate a model (or replay recorded rollouts) on a Gym environment",
+        description=EVAL_DESCRIPTION,
+        epilog=EVAL_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ev.add_argument(
+        "env",
+        nargs="?",
+        metavar="ENV",
+        help="a packaged Gym environment (see `verifiers-nemo envs`), or nemo-gym-env with "
+        "-a '{\"nemo_env\": NAME}'; optional with -R",
+    )
+    model = ev.add_argument_group("model endpoint")
+    model.add_argument("-m", "--model", help="model to evaluate (default: the only model the server serves)")
+    model.add_argument(
+        "-b",
+        "--api-base-url",
+        dest="base_url",
+        metavar="URL",
+        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (implies --policy endpoint)",
+    )
+    model.add_argument(
+        "-k",
+        "--api-key-var",
+        dest="api_key_var",
+        metavar="VAR",
+        help="NAME of the environment variable holding the API key (default OPENAI_API_KEY; see below)",
+    )
+    model.add_argument(
+        "--api",
+        choices=("responses", "chat"),
+        help="protocol the endpoint speaks: Responses passthrough, or Chat Completions with conversion "
+        "(default responses)",
+    )
+    model.add_argument(
+        "--policy",
+        choices=("replay", "endpoint"),
+        help="who answers the policy calls (default: endpoint with -b, else replay)",
+    )
+
+    run = ev.add_argument_group("what to run")
+    run.add_argument(
+        "-n",
+        "--num-examples",
+        dest="num_examples",
+        type=_positive_int,
+        metavar="N",
+        help="first N examples of the dataset (default: all)",
+    )
+    run.add_argument(
+        "-r",
+        "--rollouts-per-example",
+        dest="rollouts_per_example",
+        type=_positive_int,
+        metavar="R",
+        help="rollouts per example (default 1)",
+    )
+    run.add_argument(
+        "-c",
+        "--max-concurrent",
+        dest="max_concurrent",
+        type=_positive_int,
+        metavar="C",
+        help="rollouts in flight at once (default 32)",
+    )
+    run.add_argument(
+        "--timeout", type=_positive_float, metavar="SECONDS", help="time limit of one rollout (default 600)"
+    )
+    run.add_argument(
+        "-a",
+        "--env-args",
+        dest="env_args",
+        type=_json_object,
+        metavar="JSON",
+        help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, max_steps, "
+        "gym_python, ... (and nemo_env with ENV nemo-gym-env)",
+    )
+
+    sampling = ev.add_argument_group("sampling")
+    sampling.add_argument(
+        "-t",
+        "--max-tokens",
+        dest="max_tokens",
+        type=_positive_int,
+        metavar="N",
+        help="max output tokens per model call",
+    )
+    sampling.add_argument("-T", "--temperature", type=_non_negative_float, metavar="T", help="sampling temperature")
+    sampling.add_argument(
+        "-S",
+        "--sampling-args",
+        dest="sampling_args",
+        type=_json_object,
+        metavar="JSON",
+        help="more sampling args as a JSON object, e.g. '{\"top_p\": 0.95}' (-t/-T win over the same keys)",
+    )
+    sampling.add_argument(
+        "--return-tokens",
+        dest="return_tokens",
+        action="store_true",
+        help="ask the vLLM server for prompt/completion token IDs and logprobs (either --api), recorded "
+        "in each policy call of the trace (--save-trace); vLLM-only request fields",
+    )
+
+    out = ev.add_argument_group("results")
+    out.add_argument(
+        "-s",
+        "--save-results",
+        dest="save",
+        action="store_true",
+        help="save results.jsonl and metadata.json in a run folder",
+    )
+    out.add_argument(
+        "-o",
+        "--output-dir",
+        dest="output_dir",
+        type=Path,
+        metavar="DIR",
+        help="where run folders go (default outputs/evals; implies -s)",
+    )
+    out.add_argument(
+        "-R",
+        "--resume",
+        dest="resume",
+        type=Path,
+        metavar="DIR",
+        help="resume the run saved in DIR: run only its missing rollouts with its settings",
+    )
+    out.add_argument(
+        "--save-trace",
+        dest="save_trace",
+        action="store_true",
+        default=None,
+        help="also save each rollout's policy calls (requests, responses, token ids; implies -s)",
+    )
+    out.add_argument(
+        "--pass-threshold",
+        dest="pass_threshold",
+        type=_any_float,
+        metavar="X",
+        help="a rollout is correct when its reward >= X, for pass@k (default 0.5)",
+    )
+    out.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    ev.set_defaults(handler=cmd_eval)
+
+    en = commands.add_parser(
+        "envs",
+        help="list the packaged Gym environments and what they need",
+        description="List the NeMo Gym environments packaged with nemo-gym and what running each needs.",
+    )
+    en.add_argument("filter", nargs="?", metavar="TEXT", help="only names containing TEXT")
+    en.add_argument(
+        "--runnable",
+        action="store_true",
+        help="only environments that need nothing beyond nemo-gym (no extra packages, judge model or external service)",
+    )
+    en.add_argument(
+        "--recorded",
+        action="store_true",
+        help="only environments with recorded rollouts (what the replay policy runs)",
+    )
+    en.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    en.add_argument("-v", "--verbose", action="count", default=0, help="log more")
+    en.set_defaults(handler=cmd_envs)
+
+    rs = commands.add_parser(
+        "replay-server",
+        help="serve an environment's recorded rollouts as an OpenAI-compatible model (for vf-eval)",
+        description=(
+            "Serve the recorded rollouts of a packaged Gym environment as a Responses-API model on 127.0.0.1, "
+            "until interrupted: a GPU-free check of a verifiers chain. Point vf-eval at the printed URL "
+            "with --env.taskset.recorded true; each rollout then reproduces its recorded reward."
+        ),
+    )
+    rs.add_argument("env", nargs="?", metavar="ENV", help="a packaged Gym environment with recorded rollouts")
+    rs.add_argument("--jsonl-path", metavar="FILE", help="a recorded-rollouts file instead of the packaged one")
+    rs.add_argument("--port-file", metavar="FILE", help="also write the base URL to FILE")
+    rs.add_argument("-v", "--verbose", action="count", default=0, help="log more")
+    rs.set_defaults(handler=cmd_replay_server)
+    return parser

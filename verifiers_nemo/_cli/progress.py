@@ -1,0 +1,123 @@
+"""The eval's live progress on stderr: the stack start step, then the rollout bar (plain lines when
+stderr is not a terminal). It is the ``RunObserver`` the evaluation reports to."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, TextIO
+
+from .._eval import fmt
+from .console import say
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from .._result import RolloutResult
+
+
+def _columns(stream: TextIO) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):
+        return 0
+
+
+class Progress:
+    """Draws the stack start step and the rollout progress bar on stderr (plain lines when not a TTY)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream = stream or sys.stderr
+        self.tty = stream.isatty() and _columns(stream) > 0  # a 0-column pty draws no bar
+        self._bar: tqdm | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._rewards: list[float] = []
+        self._errors = 0
+        self._last_line = 0.0
+        self._total = 0
+        self._done = 0
+        self._started = 0.0
+        self._previous_rewards: list[float] = []
+        self._previous_errors = 0
+
+    def seed(self, rewards: list[float], errors: int) -> None:
+        """Include a resumed run's earlier rollouts in the running mean and error count."""
+        self._previous_rewards, self._previous_errors = rewards, errors
+
+    def stack_starting(self, env: str) -> None:
+        from tqdm import tqdm
+
+        self._started = time.monotonic()
+        if not self.tty:
+            say(f"Starting the Gym stack for {env} ...")
+            return
+        self._bar = tqdm(
+            total=None,
+            desc=f"Starting the Gym stack for {env}",
+            bar_format="{desc} {elapsed}",
+            file=self.stream,
+            leave=False,
+        )
+        self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def _tick(self) -> None:
+        while self._bar is not None:
+            self._bar.refresh()
+            await asyncio.sleep(0.5)
+
+    def stack_ready(self, seconds: float) -> None:
+        self._close_bar()
+        say(f"Gym stack ready in {seconds:.1f}s")
+
+    def rollouts_starting(self, total: int, done: int) -> None:
+        from tqdm import tqdm
+
+        self._total, self._done = total, done
+        self._started = time.monotonic()
+        if done:
+            say(f"Resuming: {done} of {total} rollouts already done, {total - done} to run")
+        if self.tty:
+            self._bar = tqdm(
+                total=total,
+                initial=done,
+                desc="rollouts",
+                unit="rollout",
+                file=self.stream,
+                dynamic_ncols=True,
+            )
+            self._bar.set_postfix_str(self._postfix())
+
+    def _postfix(self) -> str:
+        rewards = self._previous_rewards + self._rewards
+        mean = math.fsum(rewards) / len(rewards) if rewards else None
+        return f"reward={fmt(mean)} errors={self._previous_errors + self._errors}"
+
+    def rollout_finished(self, result: RolloutResult) -> None:
+        self._done += 1
+        if result.error is None and result.reward is not None:
+            self._rewards.append(result.reward)
+        else:
+            self._errors += 1
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._postfix(), refresh=False)
+            self._bar.update(1)
+        elif not self.tty:
+            now = time.monotonic()
+            if now - self._last_line >= 5 or self._done == self._total:
+                self._last_line = now
+                rate = (len(self._rewards) + self._errors) / max(now - self._started, 1e-9)
+                say(f"rollouts {self._done}/{self._total} · {rate:.2f}/s · {self._postfix()}")
+
+    def _close_bar(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        if self._bar is not None:
+            bar, self._bar = self._bar, None
+            bar.close()
+
+    def close(self) -> None:
+        self._close_bar()

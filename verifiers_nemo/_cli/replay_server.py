@@ -1,0 +1,20 @@
+"""``verifiers-nemo replay-server``: an environment's recorded rollouts served as a model, for vf-eval."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._exceptions import VerifiersNemoError
+from .console import fail
+
+
+def cmd_replay_server(args: argparse.Namespace) -> int:
+    from .._upstreams.replay_server import replay_upstream, serve_forever
+
+    if not args.env and not args.jsonl_path:
+        return fail("name the environment whose recorded rollouts to serve (ENV), or pass --jsonl-path FILE.")
+    try:
+        upstream = replay_upstream(args.env, jsonl_path=args.jsonl_path)
+    except VerifiersNemoError as exc:
+        return fail(str(exc))
+    return serve_forever(upstream, nemo_env=args.env, port_file=args.port_file)

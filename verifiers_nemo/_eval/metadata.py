@@ -1,0 +1,67 @@
+"""A run's ``metadata.json``: settings (no secrets), counts, sessions and the summary of its records."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .stats import replay_agreement, summarize, timing_summary
+
+if TYPE_CHECKING:
+    from .results import ResultsFolder
+    from .settings import EvalSettings
+
+
+def slim_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What the summary needs of a result record (a trace can be large)."""
+    keep = ("task_index", "rollout_index", "reward", "metrics", "usage", "timing", "error", "recorded_reward")
+    return {k: record[k] for k in keep if k in record}
+
+
+def run_metadata(
+    base: Mapping[str, Any],
+    settings: EvalSettings,
+    folder: ResultsFolder | None,
+    expected: int,
+    records: list[dict[str, Any]],
+    sessions: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``metadata.json`` of a run: ``base`` (what was saved) updated with these records and sessions."""
+    from .._upstreams.replay import unreproducible_reason
+
+    now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    summary = summarize(
+        records, rollouts_per_example=settings.rollouts_per_example, pass_threshold=settings.pass_threshold
+    )
+    current = sessions[-1] if sessions else {}
+    summary["timing"] = timing_summary(sessions, current.get("wall_s") or 0.0)
+    agreement = replay_agreement(records, known=lambda row: unreproducible_reason(settings.nemo_env, row))
+    if agreement is not None:
+        summary["replay"] = agreement
+    return {
+        "run_id": folder.run_id if folder else None,
+        "path": str(folder.path) if folder else None,
+        "env": settings.nemo_env,
+        "model": settings.model,
+        "status": base.get("status"),
+        "created_at": base.get("created_at") or now,
+        "updated_at": now,
+        "versions": base.get("versions") or versions(),
+        "settings": settings.to_dict(),
+        "counts": {"expected": expected, "done": len(records), "missing": max(0, expected - len(records))},
+        "sessions": sessions,
+        "summary": summary,
+    }
+
+
+def versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {}
+    for name in ("verifiers-nemo", "nemo-gym"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out

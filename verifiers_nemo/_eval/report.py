@@ -1,0 +1,120 @@
+"""The printed end-of-run summary, from a run's metadata."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}s" if value < 60 else f"{int(value // 60)}m{value % 60:04.1f}s"
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def format_summary(metadata: Mapping[str, Any]) -> str:
+    """The printed end-of-run summary."""
+    s, settings, counts = metadata["summary"], metadata["settings"], metadata["counts"]
+    rollouts, reward, timing = s["rollouts"], s["reward"], s["timing"]
+    lines = ["", "=" * 72]
+
+    def row(label: str, *parts: str) -> None:
+        lines.append(f"{label:<13}" + " · ".join(parts))
+
+    where = f"@ {settings['base_url']}" if settings.get("base_url") else f"(policy {settings['policy']})"
+    row("Environment", metadata["env"])
+    row("Model", f"{metadata['model']} {where}")
+    row(
+        "Rollouts",
+        f"{rollouts['total']} of {counts['expected']} "
+        f"({plural(rollouts['examples'], 'example')} x {settings['rollouts_per_example']})",
+        f"{rollouts['scored']} scored",
+        f"{rollouts['errored']} errored",
+    )
+    row("Reward", *(f"{name} {fmt(reward[name])}" for name in ("avg", "std", "min", "max")))
+    if len(s["reward_by_rollout_index"]) > 1:
+        row("  by repeat", "[" + ", ".join(fmt(v) for v in s["reward_by_rollout_index"]) + "]")
+    if s["pass_at_k"]:
+        row("pass@k", *(f"pass@{k} {fmt(v)}" for k, v in s["pass_at_k"].items()))
+        row("pass^k", *(f"pass^{k} {fmt(v)}" for k, v in s["pass_power_k"].items()))
+        partial = [f"k={k}: {n}" for k, n in s["pass_k_examples"].items() if n < rollouts["examples"]]
+        note = f"; over examples with >= k scored rollouts ({', '.join(partial)})" if partial else ""
+        row("", f"correct = reward >= {s['pass_threshold']:g}{note}")
+    if s["metrics"]:
+        row("Metrics", _wrap([f"{k} {fmt(v)}" for k, v in s["metrics"].items()], 13))
+    errors = s["errors_by_type"]
+    row("Errors", ", ".join(f"{k}: {v}" for k, v in errors.items()) if errors else "none")
+    for kind, message in s.get("error_examples", {}).items():
+        row("", f"{kind}, e.g.: {message}")
+    usage = s["usage"]
+    token_keys = ("input_tokens", "output_tokens", "total_tokens", "cached_tokens", "reasoning_tokens")
+    if usage:
+        row("Tokens", *(f"{k.removesuffix('_tokens')} {usage[k]:,}" for k in token_keys if k in usage))
+    rate = timing.get("rollouts_per_s")
+    sessions = timing.get("sessions", 1)
+    row(
+        "Timing",
+        f"wall {fmt_seconds(timing.get('wall_s'))}",
+        f"stack start {fmt_seconds(timing.get('stack_start_s'))}",
+        f"{fmt(rate, 2) if rate else 'n/a'} rollouts/s",
+        f"mean rollout {fmt_seconds(s['latency']['mean_rollout_s'])}",
+        *([f"{sessions} sessions, {fmt_seconds(timing['total_wall_s'])} in all"] if sessions > 1 else []),
+    )
+    replay = s.get("replay")
+    if replay:
+        verdict = "all reproduced" if replay["reproduced"] == replay["compared"] else "MISMATCH"
+        row(
+            "Replay",
+            f"{replay['reproduced']}/{replay['compared']} rewards equal the recorded ones ({verdict})",
+        )
+        for m in replay["mismatches"][:5]:
+            row("", f"task {m['task_index']} rollout {m['rollout_index']}: reward {m['reward']}, "
+                f"recorded {m['recorded_reward']}")  # fmt: skip
+        known = replay.get("known_unreproducible") or []
+        if known:
+            tasks = sorted({k["task_index"] for k in known})
+            row(
+                "",
+                f"left out: {plural(len(known), 'rollout')} of {'task' if len(tasks) == 1 else 'tasks'} "
+                f"{', '.join(map(str, tasks))}, whose recording is known not to reproduce ({known[0]['reason']})",
+            )
+    if metadata.get("path"):
+        row("Results", metadata["path"])
+    row("Status", _status_line(metadata))
+    lines.append("=" * 72)
+    return "\n".join(lines)
+
+
+def _status_line(metadata: Mapping[str, Any]) -> str:
+    rollouts, counts = metadata["summary"]["rollouts"], metadata["counts"]
+    status = metadata.get("status") or "finished"
+    if rollouts["total"] and not rollouts["scored"]:
+        return f"FAILED: all {rollouts['total']} rollouts failed"
+    text = {"interrupted": "INTERRUPTED", "failed": "FAILED", "incomplete": "INCOMPLETE"}.get(status, "finished")
+    if counts["missing"]:
+        text += f", {counts['missing']} of {counts['expected']} rollouts not run"
+    if rollouts["errored"]:
+        text += f"; PARTIAL FAILURE: {rollouts['errored']} of {rollouts['total']} rollouts failed"
+        text += " (counted under Errors, left out of reward and pass@k)"
+    return text
+
+
+def _wrap(items: list[str], indent: int, width: int = 100) -> str:
+    lines, current = [], ""
+    for item in items:
+        candidate = f"{current} · {item}" if current else item
+        if current and indent + len(candidate) > width:
+            lines.append(current)
+            current = item
+        else:
+            current = candidate
+    lines.append(current)
+    return ("\n" + " " * indent).join(lines)

@@ -1,0 +1,176 @@
+"""Orchestration of one eval: tasks loaded, the Gym stack started, the policy started, rollouts run
+and their results yielded. Progress goes to a small observer interface; the console belongs to the CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._endpoint import register_api_key
+from .._exceptions import ConfigurationError
+from .results import Pair
+from .settings import EvalSettings, check_env_args
+
+if TYPE_CHECKING:
+    from .._endpoint import Endpoint
+    from .._environment import NeMoGymEnv
+    from .._result import RolloutResult
+    from .._tasks.taskset import Task
+    from .._upstreams.replay import ReplayUpstream
+
+
+class RunObserver(Protocol):
+    """What the eval reports while it runs (the CLI draws it)."""
+
+    def stack_starting(self, env: str) -> None: ...
+
+    def stack_ready(self, seconds: float) -> None: ...
+
+    def rollouts_starting(self, total: int, done: int) -> None: ...
+
+    def rollout_finished(self, result: RolloutResult) -> None: ...
+
+
+@dataclass
+class SessionTiming:
+    """Timing of one invocation (a resumed run has several)."""
+
+    started_at: float = field(default_factory=time.time)
+    stack_start_s: float | None = None
+    rollouts_s: float | None = None
+    rollouts: int = 0
+
+
+class Evaluation:
+    """One eval: its tasks, the harness that runs them and the policy that answers.
+
+    ``load()`` reads the tasks (no processes yet); ``start(observer)`` starts the Gym stack;
+    ``run(pending, observer)`` starts the policy (the replay server, or an endpoint), runs the pending
+    tasks and yields their results as they finish; ``aclose()`` releases everything.
+    """
+
+    def __init__(self, settings: EvalSettings, *, api_key: str | None = None) -> None:
+        self.settings = settings
+        self._api_key: str | None = None
+        self.use_api_key(api_key)
+        self.env: NeMoGymEnv | None = None
+        self.tasks: list[Task] = []
+        self._replay: ReplayUpstream | None = None
+        self.timing = SessionTiming()
+        self.recorded_rewards: dict[int, Any] = {}
+        """Replay: each task's recorded reward, which its rollouts must reproduce."""
+
+    def load(self) -> list[Task]:
+        """Build the environment's taskset and harness (raises ConfigurationError on bad input)."""
+        from .._environment import load_environment
+
+        s = self.settings
+        args = {k: v for k, v in s.env_args.items() if k != "nemo_env"}
+        check_env_args(args)
+        if s.policy == "replay" and "dataset" in args:
+            raise ConfigurationError(
+                "-a dataset picks the tasks for a model endpoint (add -b URL); the replay policy runs the "
+                "recorded rollouts (or the recordings in -a jsonl_path)."
+            )
+        try:
+            self.env = load_environment(
+                s.nemo_env,
+                recorded=s.policy == "replay",
+                num_examples=s.num_examples,
+                rollouts_per_example=s.rollouts_per_example,
+                timeout=s.timeout,
+                **args,
+            )
+        except TypeError as exc:  # an env arg of the wrong kind
+            raise ConfigurationError(f"-a: {exc}") from None
+        if s.policy == "replay":
+            from .._upstreams.replay import replay_tasks
+
+            self.tasks = replay_tasks(self.env.taskset)
+            self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks}
+        else:
+            self.tasks = list(self.env.taskset)
+        if not self.tasks:
+            raise ConfigurationError(f"{s.nemo_env}: the dataset has no tasks.")
+        return self.tasks
+
+    def use_api_key(self, api_key: str | None) -> None:
+        """The endpoint's API key (call before ``start``: Gym processes must not inherit it)."""
+        self._api_key = api_key
+        if api_key:
+            register_api_key(api_key)
+
+    def check(self) -> tuple[str, ...]:
+        """Raise now what starting the stack would refuse (judge-scored environment, missing packages);
+        starts nothing. Returns why the environment may need an external service."""
+        assert self.env is not None, "load() first"
+        return self.env.harness.check()
+
+    @property
+    def expected_pairs(self) -> list[Pair]:
+        return [(t.task_index, t.rollout_index) for t in self.tasks]
+
+    def _endpoints(self, pending: Sequence[Task]) -> Endpoint | Callable[[Task], Endpoint]:
+        from .._endpoint import Endpoint
+
+        s = self.settings
+        if s.policy == "replay":
+            from .._upstreams.replay import ReplayUpstream
+
+            self._replay = ReplayUpstream.from_tasks(list(pending)).start()
+            return self._replay.endpoint_for
+        assert s.base_url is not None
+        return Endpoint(base_url=s.base_url, model=s.model, api_key=self._api_key or "EMPTY", api=s.api)
+
+    async def start(self, observer: RunObserver) -> None:
+        """Start the Gym stack (shown as its own step)."""
+        assert self.env is not None, "load() first"
+        observer.stack_starting(self.settings.nemo_env)
+        started = time.monotonic()
+        await self.env.harness.astart()
+        self.timing.stack_start_s = time.monotonic() - started
+        observer.stack_ready(self.timing.stack_start_s)
+
+    async def run(
+        self, pending: Sequence[Task], observer: RunObserver, *, done: int = 0
+    ) -> AsyncIterator[RolloutResult]:
+        """Run ``pending`` tasks; yield each result as it finishes."""
+        assert self.env is not None, "load() first"
+        if not pending:
+            return
+        endpoints = self._endpoints(pending)
+        observer.rollouts_starting(done + len(pending), done)
+        started = time.monotonic()
+        try:
+            stream = self.env.harness.run(
+                pending,
+                endpoints,
+                concurrency=self.settings.max_concurrent,
+                sampling_args=dict(self.settings.sampling_args) or None,
+                timeout=self.settings.timeout,
+            )
+            async with contextlib.aclosing(stream):
+                async for result in stream:
+                    self.timing.rollouts += 1
+                    self.timing.rollouts_s = time.monotonic() - started
+                    observer.rollout_finished(result)
+                    yield result
+        finally:
+            self.timing.rollouts_s = time.monotonic() - started
+
+    async def aclose(self) -> None:
+        if self._replay is not None:
+            self._replay.stop()
+            self._replay = None
+        if self.env is not None:
+            await self.env.harness.aclose()
+
+    def record_of(self, result: RolloutResult) -> dict[str, Any]:
+        """The ``results.jsonl`` line of a result (a replay's also carries the recorded reward)."""
+        record = result.to_dict(include_trace=self.settings.save_trace)
+        if result.task_index in self.recorded_rewards:
+            record["recorded_reward"] = self.recorded_rewards[result.task_index]
+        return record

@@ -1,0 +1,117 @@
+"""What defines an eval run: ``EvalSettings`` (saved in ``metadata.json``), which of them a resumed
+run must keep, and the checks of the environment args (``-a``) and the environment an ENV names."""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from .._exceptions import ConfigurationError
+
+Policy = Literal["replay", "endpoint"]
+
+ENV_PACKAGE = "nemo-gym-env"
+"""The installable environment package; its Gym environment comes from ``env_args["nemo_env"]``."""
+REPLAY_MODEL = "replay"
+
+# Arguments the eval command sets itself; env args may not set them.
+_OWNED_ARGS = frozenset({"num_examples", "rollouts_per_example", "recorded", "timeout", "taskset", "root"})
+
+
+@dataclass
+class EvalSettings:
+    """Everything that defines an eval run; saved in ``metadata.json`` (it never holds a secret)."""
+
+    env: str
+    """What the user named: a packaged Gym environment, or ``nemo-gym-env``."""
+    nemo_env: str
+    """The packaged Gym environment that runs."""
+    policy: Policy
+    model: str
+    base_url: str | None = None
+    api: Literal["responses", "chat"] = "responses"
+    api_key_var: str | None = None
+    """The *name* of the environment variable holding the API key."""
+    num_examples: int | None = None
+    rollouts_per_example: int = 1
+    max_concurrent: int = 32
+    sampling_args: dict[str, Any] = field(default_factory=dict)
+    env_args: dict[str, Any] = field(default_factory=dict)
+    timeout: float = 600.0
+    pass_threshold: float = 0.5
+    save_trace: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvalSettings:
+        """Settings as saved by ``to_dict`` (unknown keys are ignored, so older folders still load)."""
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise ConfigurationError(f"the saved settings are incomplete: {exc}") from None
+
+
+# Settings that decide which rollouts exist and what they mean: fixed for the life of a results folder.
+RUN_DEFINING = (
+    "env",
+    "nemo_env",
+    "policy",
+    "model",
+    "api",
+    "num_examples",
+    "rollouts_per_example",
+    "sampling_args",
+    "env_args",
+    "save_trace",
+)
+
+
+def env_arg_names() -> frozenset[str]:
+    """The keys ``-a`` accepts: ``load_environment``'s and ``NeMoGymHarness``'s keyword arguments."""
+    from .._environment import load_environment
+    from .._harness import NeMoGymHarness
+
+    names = set(inspect.signature(load_environment).parameters)
+    names |= set(inspect.signature(NeMoGymHarness.__init__).parameters)
+    names -= {"self", "harness_args"}
+    return frozenset(names - _OWNED_ARGS)
+
+
+def check_env_args(env_args: Mapping[str, Any]) -> None:
+    """Every ``-a`` key is one the environment takes (else one error listing the accepted keys)."""
+    accepted = env_arg_names() | {"nemo_env"}
+    for key in env_args:
+        if key in _OWNED_ARGS:
+            raise ConfigurationError(
+                f"-a: {key!r} is set by the eval command's flags (-n, -r, --timeout, --policy); use those."
+            )
+        if key not in accepted:
+            close = difflib.get_close_matches(key, sorted(accepted), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigurationError(
+                f"-a: unknown environment arg {key!r}{hint}. Accepted: {', '.join(sorted(accepted))}."
+            )
+
+
+def resolve_nemo_env(env: str, env_args: Mapping[str, Any]) -> str:
+    """The Gym environment an ENV argument names (``nemo-gym-env`` reads ``env_args["nemo_env"]``)."""
+    if env in (ENV_PACKAGE, ENV_PACKAGE.replace("-", "_")):
+        nemo_env = env_args.get("nemo_env")
+        if not isinstance(nemo_env, str) or not nemo_env:
+            raise ConfigurationError(
+                f'{env} needs the Gym environment to run: pass -a \'{{"nemo_env": "example_multi_step"}}\' '
+                "(`verifiers-nemo envs` lists them)."
+            )
+        return nemo_env
+    if "nemo_env" in env_args and env_args["nemo_env"] != env:
+        raise ConfigurationError(
+            f"-a sets nemo_env={env_args['nemo_env']!r} but ENV is {env!r}; name one environment "
+            f"(use ENV {ENV_PACKAGE} with -a nemo_env, or drop nemo_env from -a)."
+        )
+    return env
