@@ -24,11 +24,16 @@ from ._exceptions import (
     MissingRequirementsError,
     RolloutError,
     RolloutTimeout,
-    RouteClosed,
     StackStartError,
     TasksetError,
     UnknownEnvironmentError,
+    UpstreamConnectionError,
+    UpstreamConversionError,
     UpstreamError,
+    UpstreamHTTPError,
+    UpstreamInternalError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
     VerifiersNemoError,
 )
 
@@ -39,25 +44,25 @@ if TYPE_CHECKING:
     from ._harness import NeMoGymHarness
     from ._result import RolloutResult
     from ._routing.proxy import PolicyCall, Route, RoutingProxy
-    from ._stack.stack import GymStack, StackConfig
-    from ._tasks.taskset import NeMoGymTaskset, Task
+    from ._stack import GymStack, StackConfig
+    from ._tasks import NeMoGymTaskset, Task
     from ._upstreams.replay import ReplayUpstream
 
 # Heavy modules (datasets, openai, aiohttp) load on first use, so `verifiers-nemo --help` stays fast.
 _LAZY = {
     "Endpoint": "._endpoint",
     "GymEnvironment": "._gym.catalogue",
-    "GymStack": "._stack.stack",
+    "GymStack": "._stack",
     "NeMoGymEnv": "._environment",
     "NeMoGymHarness": "._harness",
-    "NeMoGymTaskset": "._tasks.taskset",
+    "NeMoGymTaskset": "._tasks",
     "PolicyCall": "._routing.proxy",
     "ReplayUpstream": "._upstreams.replay",
     "RolloutResult": "._result",
     "Route": "._routing.proxy",
     "RoutingProxy": "._routing.proxy",
-    "StackConfig": "._stack.stack",
-    "Task": "._tasks.taskset",
+    "StackConfig": "._stack",
+    "Task": "._tasks",
     "get_environment": "._gym.catalogue",
     "list_environments": "._gym.catalogue",
     "load_environment": "._environment",
@@ -92,14 +97,19 @@ __all__ = [
     "RolloutResult",
     "RolloutTimeout",
     "Route",
-    "RouteClosed",
     "RoutingProxy",
     "StackConfig",
     "StackStartError",
     "Task",
     "TasksetError",
     "UnknownEnvironmentError",
+    "UpstreamConnectionError",
+    "UpstreamConversionError",
     "UpstreamError",
+    "UpstreamHTTPError",
+    "UpstreamInternalError",
+    "UpstreamProtocolError",
+    "UpstreamTimeout",
     "VerifiersNemoError",
     "get_environment",
     "list_environments",

@@ -1,18 +1,33 @@
-"""Exceptions raised by verifiers_nemo.
+"""Exceptions raised by verifiers_nemo, as one tree (catch at the level you care about)::
 
-Two families:
+    VerifiersNemoError
+    ├── ConfigurationError (ValueError)        bad input from the caller
+    │   ├── UnknownEnvironmentError (LookupError)
+    │   └── TasksetError
+    ├── GymRuntimeError (RuntimeError)         no interpreter with nemo-gym
+    ├── MissingRequirementsError (RuntimeError)
+    ├── StackStartError (RuntimeError)
+    └── RolloutError                           error.type "error"
+        ├── RolloutTimeout                     "timeout"
+        ├── UpstreamError                      "upstream"
+        │   ├── UpstreamHTTPError              "upstream_http"
+        │   ├── UpstreamTimeout                "upstream_timeout"
+        │   ├── UpstreamConnectionError        "upstream_connection"
+        │   ├── UpstreamProtocolError          "upstream_protocol"
+        │   ├── UpstreamConversionError        "upstream_conversion"
+        │   └── UpstreamInternalError          "upstream_internal"
+        ├── GymAgentError                      "gym_agent"
+        ├── GymServerDown                      "gym_server_down"
+        └── InvalidResult                      "invalid_result"
 
-* ``VerifiersNemoError`` subclasses raised to the caller for bad input or an environment that cannot
-  start (one clear message naming the problem and the fix).
-* ``RolloutError`` subclasses carried on a ``RolloutResult`` (never raised out of a batch). Each has a
-  ``type`` string that is also what results files and summaries use.
+The ``ConfigurationError``/runtime branch is raised to the caller (one clear message naming the
+problem and the fix). ``RolloutError`` subclasses are carried on a ``RolloutResult`` (never raised
+out of a batch); each class's ``type`` is the ``error.type`` string of results files and summaries.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-FailureKind = Literal["http", "timeout", "connection", "protocol", "conversion", "internal"]
+from typing import Any
 
 
 class VerifiersNemoError(Exception):
@@ -81,33 +96,70 @@ class RolloutTimeout(RolloutError):
 
 
 class UpstreamError(RolloutError):
-    """The policy's inference endpoint failed (after bounded retries) or answered garbage."""
+    """The policy's inference endpoint failed (after bounded retries) or answered garbage.
+
+    Raised as one of its leaves below; ``upstream_status``, ``attempts`` and ``request`` (what was
+    sent) are the facts of the failed call where known. ``kind`` is the short word the proxy puts in
+    its error answer to the Gym agent. Results written before the leaves existed carry ``upstream``.
+    """
 
     type = "upstream"
-
-
-class UpstreamFailure(UpstreamError):
-    """An ``UpstreamError`` with the facts of the failed call.
-
-    ``kind`` is one of ``http`` (a non-retryable or exhausted HTTP status), ``timeout``,
-    ``connection``, ``protocol`` (garbage JSON or a reply that does not validate), ``conversion``
-    (a request that cannot be expressed to this upstream) or ``internal``.
-    """
+    kind = "upstream"
 
     def __init__(
         self,
         message: str,
         *,
-        kind: FailureKind,
         upstream_status: int | None = None,
         attempts: int = 0,
         request: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
-        self.kind = kind
         self.upstream_status = upstream_status
         self.attempts = attempts
         self.request = request
+
+
+class UpstreamHTTPError(UpstreamError):
+    """A status that will not heal: a 4xx, or a 408/429/5xx still there when the retries ran out."""
+
+    type = "upstream_http"
+    kind = "http"
+
+
+class UpstreamTimeout(UpstreamError):
+    """No connection, or no complete answer, within the call's time budget."""
+
+    type = "upstream_timeout"
+    kind = "timeout"
+
+
+class UpstreamConnectionError(UpstreamError):
+    """The connection was refused or broke on every attempt."""
+
+    type = "upstream_connection"
+    kind = "connection"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream answered, but not with JSON or not with an object Gym can accept."""
+
+    type = "upstream_protocol"
+    kind = "protocol"
+
+
+class UpstreamConversionError(UpstreamError):
+    """The request has no equivalent in the upstream's API (e.g. a hosted tool over Chat Completions)."""
+
+    type = "upstream_conversion"
+    kind = "conversion"
+
+
+class UpstreamInternalError(UpstreamError):
+    """The upstream implementation itself raised something unexpected (a bug, not the endpoint)."""
+
+    type = "upstream_internal"
+    kind = "internal"
 
 
 class GymAgentError(RolloutError):
@@ -126,9 +178,3 @@ class InvalidResult(RolloutError):
     """The Gym agent returned a result that cannot be mapped (e.g. a non-numeric reward)."""
 
     type = "invalid_result"
-
-
-class RouteClosed(RolloutError):
-    """A policy call arrived for a route that was already closed."""
-
-    type = "route_closed"

@@ -113,7 +113,7 @@ async def test_dead_upstream_is_a_typed_error_and_the_batch_completes(harness, t
     assert time.monotonic() - started < 60
     by_index = {r.task_index: r for r in results}
     for index in range(3):
-        assert by_index[index].error is not None and by_index[index].error.type == "upstream"
+        assert by_index[index].error is not None and by_index[index].error.type == "upstream_connection"
         assert by_index[index].reward is None
     for index in range(3, 8):
         assert by_index[index].error is None and by_index[index].reward == expected[index]

@@ -178,7 +178,7 @@ async def test_the_api_key_never_reaches_gym_configs_processes_logs_or_results(
     assert [by_index[i].reward for i in (0, 1)] == expected[:2]
     assert by_index[2].error is None and by_index[3].error is None
     assert max(c.attempts for i in (2, 3) for c in by_index[i].trace) == 2
-    assert by_index[4].error is not None and by_index[4].error.type == "upstream"
+    assert by_index[4].error is not None and by_index[4].error.type == "upstream_http"
     assert "***" in by_index[4].error.message  # the echoed key is redacted, the rest of the message kept
 
     search = CanarySearch(CANARY)

@@ -100,14 +100,14 @@ async def test_5xx_and_429_that_never_heal_are_typed_upstream_errors_in_bounded_
         faults_injected=sum(broken.injected.values()),
         rollouts=len(results),
         rollouts_lost=24 - len(by_index),
-        typed_upstream_errors=sum(r.error is not None and r.error.type == "upstream" for r in bad_results),
+        typed_upstream_errors=sum(r.error is not None and r.error.type == "upstream_http" for r in bad_results),
         slowest_failed_rollout_s=max(r.timing["rollout_s"] for r in bad_results),
         bound_s=UPSTREAM_TIMEOUT + SLACK_S,
         wall_s=wall,
     )
     assert len(results) == 24 and sorted(by_index) == list(range(24))
     for r in bad_results:
-        assert r.error is not None and r.error.type == "upstream", r.error
+        assert r.error is not None and r.error.type == "upstream_http", r.error
         assert r.reward is None  # never a silent 0
         (call,) = r.trace  # the agent got one definitive answer, not a retry loop
         assert call.status == STATUS_UPSTREAM_FAILED and call.status not in GYM_RETRIED
@@ -138,7 +138,7 @@ async def test_5xx_without_retry_after_uses_every_retry_within_the_backoff_bound
     )
     assert len(results) == 8
     for r in results:
-        assert r.error is not None and r.error.type == "upstream" and r.reward is None
+        assert r.error is not None and r.error.type == "upstream_http" and r.reward is None
         assert [(c.status, c.attempts) for c in r.trace] == [(STATUS_UPSTREAM_FAILED, MAX_RETRIES + 1)]
         assert r.trace[0].latency_s <= MAX_BACKOFF_S + 2.0
     assert sum(broken.injected.values()) == 8 * (MAX_RETRIES + 1)
@@ -159,7 +159,7 @@ async def test_hanging_upstream_hits_the_per_call_bound_and_nothing_stays_open(
         "upstream hangs: per-call bound",
         faults_injected=hang.received,
         rollouts_lost=8 - len(results),
-        typed_upstream_timeouts=sum(r.error is not None and r.error.type == "upstream" for r in results),
+        typed_upstream_timeouts=sum(r.error is not None and r.error.type == "upstream_timeout" for r in results),
         per_call_bound_s=UPSTREAM_TIMEOUT,
         slowest_rollout_s=max(r.timing["rollout_s"] for r in results),
         upstream_calls_left_open=hang.open,
@@ -167,7 +167,7 @@ async def test_hanging_upstream_hits_the_per_call_bound_and_nothing_stays_open(
     )
     assert len(results) == 8
     for r in results:
-        assert r.error is not None and r.error.type == "upstream" and r.reward is None
+        assert r.error is not None and r.error.type == "upstream_timeout" and r.reward is None
         assert f"within {UPSTREAM_TIMEOUT:g} s" in r.error.message
         assert UPSTREAM_TIMEOUT - 0.5 <= r.timing["rollout_s"] <= UPSTREAM_TIMEOUT + SLACK_S
     assert wall <= UPSTREAM_TIMEOUT + 2 * SLACK_S
@@ -263,7 +263,7 @@ async def test_resets_garbage_and_schema_invalid_replies_are_typed_upstream_erro
         name = names[index // 2]
         r = by_index[index]
         _, kind, attempts = BROKEN_REPLIES[name]
-        assert r.error is not None and r.error.type == "upstream" and r.reward is None, (name, r.error)
+        assert r.error is not None and r.error.type == f"upstream_{kind}" and r.reward is None, (name, r.error)
         (call,) = r.trace
         assert (call.error.kind, call.attempts, call.status) == (kind, attempts, STATUS_UPSTREAM_FAILED), name
         assert r.timing["rollout_s"] <= UPSTREAM_TIMEOUT + SLACK_S, name

@@ -16,7 +16,7 @@ import pytest
 from tests.unit.saved_vllm import load
 from verifiers_nemo._protocol import finish_response, incomplete_response, prepare_responses_reply
 from verifiers_nemo._protocol.gym_schema import GymSchemaError, drop_uncarried_fields, validate_policy_reply
-from verifiers_nemo._upstreams.upstream import chat_to_responses_reply
+from verifiers_nemo._upstreams import chat_to_responses_reply
 
 try:
     _gym = importlib.import_module("nemo_gym.openai_utils")

@@ -16,10 +16,10 @@ import pytest
 
 from tests.unit.fake_upstream import FakeReply, FakeUpstream
 from verifiers_nemo._endpoint import Endpoint
-from verifiers_nemo._exceptions import ConfigurationError, UpstreamError, UpstreamFailure
+from verifiers_nemo._exceptions import ConfigurationError, UpstreamError
 from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, RoutingProxy, get_proxy
 from verifiers_nemo._routing.trace import PolicyCall, check_contiguity
-from verifiers_nemo._upstreams.upstream import FunctionUpstream
+from verifiers_nemo._upstreams import FunctionUpstream
 
 # nemo-gym retries these statuses (429/502/503/504/520 forever): the proxy must never answer them.
 GYM_RETRY_STATUSES = {429, 500, 502, 503, 504, 520}
@@ -283,8 +283,8 @@ async def test_retries_exhausted_record_typed_error_and_answer_non_retryable_sta
     status, body = await post(client, proxy, gym_body(route.key))
 
     assert status == STATUS_UPSTREAM_FAILED and status not in GYM_RETRY_STATUSES
-    assert body["error"]["type"] == "upstream" and body["error"]["upstream_status"] == upstream_status
-    assert isinstance(route.error, UpstreamError) and route.error.type == "upstream"
+    assert body["error"]["type"] == "upstream_http" and body["error"]["upstream_status"] == upstream_status
+    assert isinstance(route.error, UpstreamError) and route.error.type == "upstream_http"
     assert len(fake.requests) == 3  # 1 + max_retries
     [call] = route.calls
     assert (call.status, call.attempts, call.upstream_status, call.response) == (
@@ -304,7 +304,7 @@ async def test_client_error_is_not_retried(
     status, _ = await post(client, proxy, gym_body(route.key))
 
     assert status == STATUS_UPSTREAM_FAILED and len(fake.requests) == 1
-    assert isinstance(route.error, UpstreamFailure) and route.error.kind == "http"
+    assert isinstance(route.error, UpstreamError) and route.error.kind == "http"
 
 
 async def test_conflict_409_is_not_retried(
@@ -329,7 +329,7 @@ async def test_upstream_hang_is_bounded(fake: FakeUpstream, client: aiohttp.Clie
 
         assert status == STATUS_UPSTREAM_FAILED
         assert time.monotonic() - started < 5.0
-        assert isinstance(route.error, UpstreamFailure) and route.error.kind == "timeout"
+        assert isinstance(route.error, UpstreamError) and route.error.kind == "timeout"
 
 
 async def test_unreachable_upstream_fails_fast(proxy: RoutingProxy, client: aiohttp.ClientSession) -> None:
@@ -341,7 +341,7 @@ async def test_unreachable_upstream_fails_fast(proxy: RoutingProxy, client: aioh
     status, _ = await post(client, proxy, gym_body(route.key))
 
     assert status == STATUS_UPSTREAM_FAILED
-    assert isinstance(route.error, UpstreamFailure) and route.error.kind == "connection"
+    assert isinstance(route.error, UpstreamError) and route.error.kind == "connection"
     assert route.calls[0].attempts == 3
 
 
@@ -364,7 +364,7 @@ async def test_garbage_from_upstream_is_an_upstream_error(
     status, body = await post(client, proxy, gym_body(route.key))
 
     assert status == STATUS_UPSTREAM_FAILED and body["error"]["kind"] == "protocol"
-    assert isinstance(route.error, UpstreamFailure) and route.error.kind == "protocol"
+    assert isinstance(route.error, UpstreamError) and route.error.kind == "protocol"
     assert len(fake.requests) == 1  # a broken answer is not retried
 
 
@@ -381,7 +381,7 @@ async def test_connection_reset_mid_body_is_retried_then_typed(
 
     assert healed_status == 200 and healed.calls[0].attempts == 2
     assert broken_status == STATUS_UPSTREAM_FAILED
-    assert isinstance(broken.error, UpstreamFailure) and broken.error.kind == "connection"
+    assert isinstance(broken.error, UpstreamError) and broken.error.kind == "connection"
 
 
 async def test_context_overflow_ends_the_rollout_as_incomplete(
@@ -407,7 +407,7 @@ async def test_unconvertible_request_is_refused_with_400(
     status, reply = await post(client, proxy, body)
 
     assert status == 400 and reply["error"]["kind"] == "conversion"
-    assert isinstance(route.error, UpstreamFailure) and route.error.kind == "conversion"
+    assert isinstance(route.error, UpstreamError) and route.error.kind == "conversion"
     assert fake.requests == []
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from verifiers_nemo._exceptions import UpstreamFailure
+from verifiers_nemo._exceptions import UpstreamConversionError, UpstreamError
 from verifiers_nemo._protocol import finish_response, input_to_messages, responses_to_chat_request
 from verifiers_nemo._protocol.gym_schema import validate_policy_reply
-from verifiers_nemo._upstreams.upstream import chat_to_responses_reply
+from verifiers_nemo._upstreams import chat_to_responses_reply
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -260,10 +260,11 @@ def test_reasoning_effort_and_json_schema_format_convert() -> None:
     ids=["item", "tool", "previous_response_id", "content-part"],
 )
 def test_requests_chat_cannot_express_are_conversion_errors(body: dict[str, Any]) -> None:
-    with pytest.raises(UpstreamFailure) as info:
+    with pytest.raises(UpstreamError) as info:
         responses_to_chat_request({"model": "m", **body})
 
-    assert info.value.kind == "conversion" and info.value.type == "upstream"
+    assert isinstance(info.value, UpstreamConversionError)
+    assert info.value.kind == "conversion" and info.value.type == "upstream_conversion"
 
 
 # -- replies ---------------------------------------------------------------------------------
@@ -447,7 +448,7 @@ def test_no_token_data_means_no_training_fields() -> None:
     ids=["missing-fields", "bad-choice", "custom-tool-call", "string"],
 )
 def test_invalid_chat_replies_are_protocol_errors(data: Any) -> None:
-    with pytest.raises(UpstreamFailure) as info:
+    with pytest.raises(UpstreamError) as info:
         chat_to_responses_reply(data, {"model": "m"})
 
     assert info.value.kind == "protocol"

@@ -3,7 +3,7 @@
 Three uses, each with its own contract:
 
 * **Requests to a Chat Completions upstream** (``responses_to_chat_request``, ``input_to_messages``):
-  strict. What has no Chat Completions equivalent raises ``UpstreamFailure(kind="conversion")``
+  strict. What has no Chat Completions equivalent raises ``UpstreamConversionError``
   rather than being silently dropped, because the model would see a different conversation.
 * **Replies from a Chat Completions upstream** (``chat_completion_to_response``): the first choice as
   a Gym-valid Responses object, with its token data.
@@ -22,7 +22,7 @@ from uuid import uuid4
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .._exceptions import UpstreamFailure
+from .._exceptions import UpstreamConversionError, UpstreamProtocolError
 from .gym_schema import summarize
 from .responses import check_for_gym, echo_request_fields
 from .token_data import OUTPUT_LOGPROBS, TokenData, from_chat, make_logprob_fields_consistent
@@ -53,8 +53,8 @@ _HANDLED_FIELDS = frozenset(
 )
 
 
-def _conversion_error(message: str) -> UpstreamFailure:
-    return UpstreamFailure(f"cannot convert the request to Chat Completions: {message}", kind="conversion")
+def _conversion_error(message: str) -> UpstreamConversionError:
+    return UpstreamConversionError(f"cannot convert the request to Chat Completions: {message}")
 
 
 def _text_of_parts(parts: Any, allowed: Iterable[str], where: str) -> str:
@@ -356,15 +356,13 @@ def chat_completion_to_response(data: Any, request: Mapping[str, Any]) -> tuple[
     the response ``incomplete``.
     """
     if not isinstance(data, dict):
-        raise UpstreamFailure(f"upstream reply is a JSON {type(data).__name__}, not a Chat Completion", kind="protocol")
+        raise UpstreamProtocolError(f"upstream reply is a JSON {type(data).__name__}, not a Chat Completion")
     if not data.get("choices"):
-        raise UpstreamFailure("upstream Chat Completion has no choices", kind="protocol")
+        raise UpstreamProtocolError("upstream Chat Completion has no choices")
     try:
         _ChatCompletion.model_validate(data)
     except ValidationError as exc:
-        raise UpstreamFailure(
-            f"upstream reply is not a valid Chat Completion: {summarize(exc)}", kind="protocol"
-        ) from None
+        raise UpstreamProtocolError(f"upstream reply is not a valid Chat Completion: {summarize(exc)}") from None
     choice = data["choices"][0]
     message = choice["message"]
     finish_reason = choice.get("finish_reason")
@@ -401,7 +399,7 @@ def chat_completion_to_response(data: Any, request: Mapping[str, Any]) -> tuple[
     for call in tool_calls:
         function = call.get("function")
         if call.get("type", "function") != "function" or not isinstance(function, dict):
-            raise UpstreamFailure(f"upstream returned a non-function tool call: {call!r}", kind="protocol")
+            raise UpstreamProtocolError(f"upstream returned a non-function tool call: {call!r}")
         call_id = call.get("id") or f"call_{uuid4().hex}"
         output.append(
             {

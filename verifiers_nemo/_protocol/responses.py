@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
-from .._exceptions import UpstreamFailure
+from .._exceptions import UpstreamProtocolError
 from .gym_schema import GymSchemaError, drop_uncarried_fields, validate_policy_reply
 from .token_data import TokenData, from_responses
 
@@ -41,7 +41,7 @@ _RESPONSE_MESSAGE_FIELDS = ("input_messages", "output_messages")
 
 
 def finish_response(data: Any, request: Mapping[str, Any]) -> dict[str, Any]:
-    """Complete and validate a Responses object for Gym, or raise ``UpstreamFailure``.
+    """Complete and validate a Responses object for Gym, or raise ``UpstreamProtocolError``.
 
     Fields a Response merely echoes from its request (``tools``, ``tool_choice``,
     ``parallel_tool_calls``, ``model``...) are filled in when missing, and usage gets the
@@ -50,13 +50,11 @@ def finish_response(data: Any, request: Mapping[str, Any]) -> dict[str, Any]:
     nemo-gym 0.4.0 accepts, whatever openai is installed here.
     """
     if not isinstance(data, dict):
-        raise UpstreamFailure(
-            f"upstream reply is a JSON {type(data).__name__}, not a Responses object", kind="protocol"
-        )
+        raise UpstreamProtocolError(f"upstream reply is a JSON {type(data).__name__}, not a Responses object")
     if data.get("status") in _UNUSABLE_STATUSES:
         error = data.get("error")
         detail = f": {error.get('message')}" if isinstance(error, dict) and error.get("message") else ""
-        raise UpstreamFailure(f"upstream reply has status {data['status']!r}{detail}", kind="protocol")
+        raise UpstreamProtocolError(f"upstream reply has status {data['status']!r}{detail}")
     if "id" not in data:
         data["id"] = f"resp_{uuid4().hex}"
     if "created_at" not in data:
@@ -88,7 +86,7 @@ def check_for_gym(response: dict[str, Any], what: str) -> None:
     try:
         validate_policy_reply(response)
     except GymSchemaError as exc:
-        raise UpstreamFailure(f"{what} is not a Responses object Gym accepts: {exc.summary}", kind="protocol") from None
+        raise UpstreamProtocolError(f"{what} is not a Responses object Gym accepts: {exc.summary}") from None
 
 
 def prepare_responses_reply(data: Any) -> TokenData:
@@ -147,3 +145,10 @@ def incomplete_response(request: Mapping[str, Any]) -> dict[str, Any]:
     }
     echo_request_fields(response, request)
     return response
+
+
+def read_responses_reply(data: Any, request: Mapping[str, Any]) -> tuple[dict[str, Any], TokenData]:
+    """A Responses reply from any source as (the object Gym gets, its token data); see
+    ``prepare_responses_reply`` and ``finish_response``."""
+    tokens = prepare_responses_reply(data)
+    return finish_response(data, request), tokens

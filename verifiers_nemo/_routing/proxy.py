@@ -30,9 +30,9 @@ import aiohttp
 from aiohttp import web
 
 from .._endpoint import Endpoint
-from .._exceptions import ConfigurationError, UpstreamError, UpstreamFailure
+from .._exceptions import ConfigurationError, UpstreamConversionError, UpstreamError, UpstreamInternalError
 from .._protocol import dumps, loads
-from .._upstreams.upstream import ChatCompletionsUpstream, ResponsesUpstream, RetryPolicy, Upstream
+from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, RetryPolicy, Upstream
 from .trace import PolicyCall
 
 logger = logging.getLogger(__name__)
@@ -580,17 +580,16 @@ class RoutingProxy:
         started_at: float,
         latency: float,
     ) -> web.Response:
-        kind: str
-        if isinstance(exc, UpstreamFailure):
-            error: UpstreamError = exc
-            kind, upstream_status, attempts, sent = exc.kind, exc.upstream_status, exc.attempts, exc.request
-        elif isinstance(exc, UpstreamError):
-            error, kind, upstream_status, attempts, sent = exc, "upstream", None, 1, None
+        if isinstance(exc, UpstreamError):
+            error = exc
+            # A bare UpstreamError (e.g. from a custom upstream) carries no facts: count one attempt.
+            attempts = 1 if type(exc) is UpstreamError else exc.attempts
         else:
             logger.warning("upstream %s raised %r", route.endpoint.label, exc, exc_info=exc)
-            error = UpstreamFailure(f"{type(exc).__name__}: {exc}", kind="internal")
-            kind, upstream_status, attempts, sent = "internal", None, 1, None
-        status = 400 if kind == "conversion" else STATUS_UPSTREAM_FAILED
+            error = UpstreamInternalError(f"{type(exc).__name__}: {exc}")
+            attempts = 1
+        kind, upstream_status, sent = error.kind, error.upstream_status, error.request
+        status = 400 if isinstance(error, UpstreamConversionError) else STATUS_UPSTREAM_FAILED
         logger.info("policy call %d of %s failed (%s): %s", index, route.endpoint.label, kind, error.message)
         route._record(
             PolicyCall(

@@ -12,7 +12,7 @@ import signal
 import threading
 from pathlib import Path
 
-from .._tasks.taskset import NeMoGymTaskset
+from .._tasks import NeMoGymTaskset
 from .replay import REPLAY_MODEL, ReplayUpstream, replay_tasks
 
 
