@@ -8,7 +8,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Mapping
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._eval import format_summary, plural, run_metadata, slim_record
 from .._exceptions import ConfigurationError, VerifiersNemoError
+from .._signals import CapturedSignals, capture_signals
 from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
 from .progress import Progress
 from .settings import new_settings, resumed_settings
@@ -170,7 +170,50 @@ def _run_eval(
                 f"note: the recording of task {task_index} is known not to reproduce "
                 f"({unreproducible_reason(settings.nemo_env, task_index)}); it is left out of the replay verdict."
             )
-    return asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start))
+    interrupt = _Interrupt()
+    # The first SIGINT/SIGTERM stops the run (finished rollouts kept, summary printed); once the loop is
+    # closed the previous handlers come back and the signal is raised again (SIGINT: KeyboardInterrupt, 130).
+    with capture_signals(interrupt.on_signal, force=False) as captured:
+        interrupt.captured = captured
+        return asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start, interrupt))
+
+
+class _Interrupt:
+    """What a signal does to a running eval: the first cancels the run's task, a second ends the process."""
+
+    def __init__(self) -> None:
+        self.captured: CapturedSignals | None = None
+        self.cancelled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    @property
+    def first_signal(self) -> signal.Signals | None:
+        """The first signal received, if any."""
+        return self.captured.signals[0] if self.captured else None
+
+    def attach(self, task: asyncio.Task[Any]) -> None:
+        """The task a signal cancels, from now until ``detach``."""
+        self._loop, self._task = asyncio.get_running_loop(), task
+        if self.first_signal is not None:  # it came while the loop was starting
+            self._loop.call_soon(self._stop, self.first_signal)
+
+    def detach(self) -> None:
+        self._task = None
+
+    def on_signal(self, sig: signal.Signals, count: int) -> None:
+        if count > 1:  # asked again: end now (the stack's supervisor cleans up after this process)
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
+        elif self._loop is not None:
+            self._loop.call_soon_threadsafe(self._stop, sig)
+
+    def _stop(self, sig: signal.Signals) -> None:
+        if self._task is None or self.cancelled:
+            return
+        self.cancelled = True
+        say(f"\n{sig.name}: stopping (finished rollouts are kept; again to force) ...")
+        self._task.cancel()
 
 
 def _show_finished(
@@ -208,6 +251,7 @@ async def _execute(
     folder: ResultsFolder | None,
     metadata: dict[str, Any],
     wall_start: float,
+    interrupt: _Interrupt,
 ) -> int:
     settings = evaluation.settings
     records = [slim_record(r) for r in previous]
@@ -223,21 +267,9 @@ async def _execute(
         metadata["status"] = "running"
         folder.write_metadata(metadata)
 
-    loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     assert main_task is not None
-    received: list[int] = []
-
-    def interrupt(sig: int) -> None:
-        if received:  # a second signal: stop now (the stack's supervisor cleans up after us)
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)
-        received.append(sig)
-        say(f"\n{signal.Signals(sig).name}: stopping (finished rollouts are kept; again to force) ...")
-        main_task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt, sig)
+    interrupt.attach(main_task)
     failure: str | None = None
     try:
         if not pending:
@@ -250,7 +282,7 @@ async def _execute(
                     folder.append(record)
                 records.append(slim_record(record))
     except asyncio.CancelledError:
-        if not received:
+        if not interrupt.cancelled:
             raise
         main_task.uncancel()
     except VerifiersNemoError as exc:  # the stack could not start, a requirement is missing ...
@@ -259,8 +291,7 @@ async def _execute(
         progress.close()
         with contextlib.suppress(Exception):
             await asyncio.shield(evaluation.aclose())
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        interrupt.detach()
 
     timing = evaluation.timing
     session.update(
@@ -271,6 +302,7 @@ async def _execute(
     )
     metadata = run_metadata(metadata, settings, folder, len(evaluation.expected_pairs), records, sessions)
     missing = metadata["counts"]["missing"]
+    received = interrupt.first_signal
     status = "interrupted" if received else "failed" if failure else "finished" if not missing else "incomplete"
     metadata["status"] = status
     if folder is not None:
@@ -283,7 +315,7 @@ async def _execute(
     if received:
         hint = f" Resume with: {PROG} eval -R {folder.path}" if folder is not None else " (use -s to be able to resume)"
         say(f"Interrupted: {len(records)} of {metadata['counts']['expected']} rollouts done.{hint}")
-        return 128 + received[0]
+        return 128 + received  # when the restored handler lets the process go on
     if failure is not None:
         return EXIT_FAILED
     return _exit_status(metadata)
