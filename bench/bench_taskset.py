@@ -88,7 +88,7 @@ def generate(path: Path, rows: int, seed: int = 0) -> None:
 
 def worker(path: str, case: str) -> None:
     """Load one case in this (fresh) process and print its figures as JSON."""
-    from verifiers_nemo._tasks.taskset import NeMoGymTaskset
+    from verifiers_nemo._tasks import NeMoGymTaskset
 
     baseline_kb = _rss_kb()
     start = time.perf_counter()

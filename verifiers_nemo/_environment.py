@@ -11,7 +11,7 @@ import datasets
 from ._endpoint import Endpoint
 from ._harness import NeMoGymHarness
 from ._result import RolloutResult
-from ._tasks.taskset import NeMoGymTaskset, Task
+from ._tasks import NeMoGymTaskset, Task
 
 EndpointChoice = Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint]
 

@@ -34,7 +34,7 @@ from ._endpoint import Endpoint
 from ._exceptions import ConfigurationError
 from ._harness import DEFAULT_MAX_STEPS, NeMoGymHarness
 from ._result import RolloutResult
-from ._tasks.taskset import NeMoGymTaskset, Task
+from ._tasks import NeMoGymTaskset, Task
 from ._upstreams.replay import ROW_HEADER, replay_tasks
 
 # Only the ``verifiers.v1`` logger tree reaches vf-eval's log.

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.policies import DualApiPolicy
-from verifiers_nemo._tasks.taskset import NeMoGymTaskset
+from verifiers_nemo._tasks import NeMoGymTaskset
 from verifiers_nemo._upstreams.replay import replay_tasks
 
 pytestmark = pytest.mark.e2e

@@ -246,7 +246,7 @@ def test_catalogue_and_taskset_never_import_nemo_gym() -> None:
         f"""
         import sys
         from verifiers_nemo._gym.catalogue import list_environments
-        from verifiers_nemo._tasks.taskset import NeMoGymTaskset
+        from verifiers_nemo._tasks import NeMoGymTaskset
         list_environments({str(GYM_ROOT)!r})
         NeMoGymTaskset("example_multi_step", root={str(GYM_ROOT)!r})
         assert "nemo_gym" not in sys.modules, "nemo_gym was imported"

@@ -12,13 +12,8 @@ import pytest
 
 from verifiers_nemo._exceptions import ConfigurationError, TasksetError
 from verifiers_nemo._gym.catalogue import get_environment, list_environments
-from verifiers_nemo._tasks.taskset import (
-    _NEMO_GYM_0_4_PARAMS,
-    NeMoGymTaskset,
-    SkippedRows,
-    Task,
-    _gym_params,
-)
+from verifiers_nemo._tasks import NeMoGymTaskset, SkippedRows, Task
+from verifiers_nemo._tasks.validation import NEMO_GYM_0_4_PARAMS, gym_params
 
 _SPEC = importlib.util.find_spec("nemo_gym")
 if _SPEC is None or _SPEC.origin is None:
@@ -166,7 +161,7 @@ def test_unknown_environment_is_an_error_naming_close_ones() -> None:
 
 
 def test_schema_read_from_nemo_gym_matches_the_built_in_copy() -> None:
-    assert _gym_params(GYM_ROOT) == _NEMO_GYM_0_4_PARAMS
+    assert gym_params(GYM_ROOT) == NEMO_GYM_0_4_PARAMS
 
 
 # ---- the normalised view

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .._endpoint import Endpoint
     from .._environment import NeMoGymEnv
     from .._result import RolloutResult
-    from .._tasks.taskset import Task
+    from .._tasks import Task
     from .._upstreams.replay import ReplayUpstream
 
 

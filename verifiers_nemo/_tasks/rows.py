@@ -1,0 +1,159 @@
+"""Reading a JSONL file of rows: streamed, each row checked, bad rows raised or skipped, a ``limit``
+that stops reading or (shuffled) a uniform reservoir sample; rows held compactly in a ``RowStore``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from .._exceptions import TasksetError
+from .validation import RowChecker, RowError
+
+logger = logging.getLogger(__name__)
+
+OnError = Literal["raise", "skip"]
+_MAX_SKIP_REASONS = 5
+
+
+@dataclass(frozen=True)
+class SkippedRows:
+    """What ``on_error="skip"`` left out: how many rows, and why (the first few)."""
+
+    count: int = 0
+    reasons: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+
+class RowStore:
+    """Rows as compact JSON bytes plus their line, row index and agent; cheap to hold by the million."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+        self.line_nos = array("q")
+        self.row_indexes = array("q")
+        self.agents: list[str | None] = []
+
+    @property
+    def size(self) -> int:
+        return len(self.lines)
+
+    def append(self, line: bytes, line_no: int, row_index: int, agent: str | None) -> None:
+        self.lines.append(line)
+        self.line_nos.append(line_no)
+        self.row_indexes.append(row_index)
+        self.agents.append(agent)
+
+    def put(self, slot: int, line: bytes, line_no: int, row_index: int, agent: str | None) -> None:
+        self.lines[slot] = line
+        self.line_nos[slot] = line_no
+        self.row_indexes[slot] = row_index
+        self.agents[slot] = agent
+
+    def get(self, slot: int) -> tuple[bytes, int, int, str | None]:
+        return self.lines[slot], self.line_nos[slot], self.row_indexes[slot], self.agents[slot]
+
+    def shuffle(self, rng: random.Random) -> None:
+        order = list(range(self.size))
+        rng.shuffle(order)
+        self.lines = [self.lines[i] for i in order]
+        self.line_nos = array("q", (self.line_nos[i] for i in order))
+        self.row_indexes = array("q", (self.row_indexes[i] for i in order))
+        self.agents = [self.agents[i] for i in order]
+
+
+def read_rows(
+    path: Path,
+    checker: RowChecker,
+    *,
+    limit: int | None,
+    shuffle: bool,
+    seed: int,
+    on_error: OnError,
+) -> tuple[RowStore, SkippedRows]:
+    store = RowStore()
+    rng = random.Random(seed)
+    sampling = shuffle and limit is not None
+    seen_rows = 0  # non-blank lines
+    valid_rows = 0
+    skipped = 0
+    reasons: list[str] = []
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        raise TasksetError(
+            f"{path}: no such file. Fix: check the path (relative paths are taken from {Path.cwd()})."
+        ) from None
+    except OSError as exc:
+        raise TasksetError(
+            f"{path}: cannot be opened ({exc.strerror}). Fix: check the path and its permissions."
+        ) from None
+    with handle:
+        for line_no, raw in enumerate(handle, 1):
+            line = raw.strip()
+            if line_no == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:].strip()
+            if not line:
+                continue
+            row_index = seen_rows
+            seen_rows += 1
+            try:
+                try:
+                    row = json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    raise RowError(_json_problem(exc), "make the line one complete JSON object") from None
+                agent = checker.check(row)
+            except RowError as exc:
+                if on_error == "raise":
+                    raise checker.error(line_no, exc.problem, exc.fix) from None
+                skipped += 1
+                if len(reasons) < _MAX_SKIP_REASONS:
+                    reasons.append(f"line {line_no}: {exc.problem}")
+                continue
+            if sampling:
+                assert limit is not None
+                if valid_rows < limit:
+                    store.append(line, line_no, row_index, agent)
+                else:
+                    slot = rng.randrange(valid_rows + 1)
+                    if slot < limit:
+                        store.put(slot, line, line_no, row_index, agent)
+                valid_rows += 1
+                continue
+            store.append(line, line_no, row_index, agent)
+            valid_rows += 1
+            if limit is not None and valid_rows >= limit:
+                break
+    if shuffle:
+        store.shuffle(rng)
+    if seen_rows == 0:
+        raise TasksetError(
+            f"{path}: the file is empty (no JSON lines). Fix: write one task per line, "
+            '{"responses_create_params": {"input": [...]}}, or point at another file.'
+        )
+    if store.size == 0:
+        raise TasksetError(
+            f"{path}: no usable rows, all {skipped} were skipped (first: {reasons[0]}). "
+            "Fix: correct the rows, or load with on_error='raise' to see the first error in full."
+        )
+    if skipped:
+        logger.warning(
+            "skipped %d bad row(s) of %s (on_error='skip'); first: %s", skipped, path, "; ".join(reasons[:3])
+        )
+    return store, SkippedRows(skipped, tuple(reasons))
+
+
+def _json_problem(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"malformed JSON ({exc.msg} at column {exc.colno})"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"the line is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, RecursionError):
+        return "malformed JSON (nested too deeply)"
+    return f"malformed JSON ({exc})"

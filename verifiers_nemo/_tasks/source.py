@@ -1,0 +1,89 @@
+"""Which file a taskset reads and which agents its rows may name: a packaged environment's dataset, its
+recorded rollouts, or any JSONL file; and the checks of the taskset's arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .._exceptions import ConfigurationError, TasksetError
+from .._gym.catalogue import EXAMPLE_ROLLOUTS, GymEnvironment
+
+
+def check_arguments(
+    nemo_env: str | None,
+    dataset: str | None,
+    jsonl_path: str | Path | None,
+    recorded: bool,
+    limit: int | None,
+    rollouts_per_task: int,
+    on_error: str,
+) -> None:
+    if dataset is not None and nemo_env is None:
+        raise ConfigurationError("dataset= names a dataset of an environment: pass nemo_env= too.")
+    if nemo_env is None and jsonl_path is None:
+        raise ConfigurationError(
+            "NeMoGymTaskset needs nemo_env= (a packaged environment) or jsonl_path= (a JSONL file)."
+        )
+    if dataset is not None and (jsonl_path is not None or recorded):
+        raise ConfigurationError("Pass one source: dataset=, jsonl_path= or recorded=True, not several.")
+    if on_error not in ("raise", "skip"):
+        raise ConfigurationError(f"on_error must be 'raise' or 'skip', not {on_error!r}.")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigurationError(f"limit must be a positive integer or None, not {limit!r}.")
+    if isinstance(rollouts_per_task, bool) or not isinstance(rollouts_per_task, int) or rollouts_per_task < 1:
+        raise ConfigurationError(f"rollouts_per_task must be a positive integer, not {rollouts_per_task!r}.")
+
+
+def resolve_source(
+    env: GymEnvironment | None, dataset: str | None, jsonl_path: str | Path | None, recorded: bool
+) -> tuple[Path, str | None, bool]:
+    """``(file, the agent its rows default to, for packaged data the agents of the config that owns it)``."""
+    if jsonl_path is not None:
+        # With an environment, rows without agent_ref run on its default agent (its only one, usually).
+        fallback = env.default_agent.name if env is not None and env.default_agent is not None else None
+        return Path(jsonl_path).expanduser(), fallback, None
+    assert env is not None
+    default_agent = env.default_agent
+    if default_agent is None:
+        raise TasksetError(
+            f"{env.directory}: environment {env.name!r} defines no agent in its configs, so it has no "
+            "tasks to run on its own. Fix: pick an environment with an agent (`verifiers-nemo envs`), "
+            "or pass jsonl_path= and nemo_env= of one."
+        )
+    if recorded:
+        path = env.example_rollouts_path
+        if not path.is_file():
+            raise TasksetError(
+                f"{path}: environment {env.name!r} ships no recorded rollouts. Fix: pick an environment "
+                "whose catalogue entry has has_example_rollouts, or pass jsonl_path= with your recordings."
+            )
+        if not env.has_example_rollouts:
+            why = next((p for p in env.problems if p.startswith(EXAMPLE_ROLLOUTS)), ": no recordings")
+            raise TasksetError(
+                f"{path}: environment {env.name!r} ships no usable recordings ({why.split(': ', 1)[-1]}). "
+                "Fix: pick an environment whose catalogue entry has has_example_rollouts, or pass "
+                "jsonl_path= with your own recordings."
+            )
+        return path, default_agent.name, _agents_of(env, default_agent.config)
+    if dataset is not None:
+        chosen = env.dataset(dataset)
+    else:
+        found = env.default_dataset
+        if found is None:
+            raise TasksetError(
+                f"{env.directory}: environment {env.name!r} ships no dataset file, so it has no tasks "
+                "to load. Fix: pass jsonl_path= with your own rows."
+            )
+        chosen = found
+    if not chosen.exists:
+        where = f" (Gym fetches it from {chosen.source})" if chosen.source else ""
+        raise TasksetError(
+            f"{chosen.path}: dataset {chosen.name!r} of environment {env.name!r} is not shipped with "
+            f"nemo-gym{where}. Fix: download it to that path (nemo-gym's ng_prepare_data with "
+            f"{chosen.config.name}), or pass jsonl_path= to a copy."
+        )
+    return chosen.path, chosen.agent, _agents_of(env, chosen.config)
+
+
+def _agents_of(env: GymEnvironment, config: Path) -> frozenset[str]:
+    return frozenset(a.name for a in env.agents if a.config == config)
