@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ._gym.catalogue import GymEnvironment, get_environment, list_environments
     from ._harness import NeMoGymHarness
     from ._result import RolloutResult
+    from ._routing import ProxyConfig
     from ._routing.proxy import PolicyCall, Route, RoutingProxy
     from ._stack import GymStack, StackConfig
     from ._tasks import NeMoGymTaskset, Task
@@ -57,6 +58,7 @@ _LAZY = {
     "NeMoGymHarness": "._harness",
     "NeMoGymTaskset": "._tasks",
     "PolicyCall": "._routing.proxy",
+    "ProxyConfig": "._routing",
     "ReplayUpstream": "._upstreams.replay",
     "RolloutResult": "._result",
     "Route": "._routing.proxy",
@@ -92,6 +94,7 @@ __all__ = [
     "NeMoGymHarness",
     "NeMoGymTaskset",
     "PolicyCall",
+    "ProxyConfig",
     "ReplayUpstream",
     "RolloutError",
     "RolloutResult",

@@ -63,7 +63,11 @@ class Endpoint:
         if not self.model:
             raise ConfigurationError("Endpoint model must be a non-empty model name.")
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
-        register_api_key(self.api_key)
+
+    @property
+    def secret_key(self) -> str | None:
+        """The API key when it is a real secret (not a placeholder such as ``EMPTY``)."""
+        return None if self.api_key in _NOT_SECRETS else self.api_key
 
     @property
     def label(self) -> str:

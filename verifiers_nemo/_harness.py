@@ -33,9 +33,9 @@ from ._result import (
     strip_route,
     sum_usage,
 )
-from ._routing.proxy import RoutingProxy, get_proxy
+from ._routing import ProxyConfig, RoutingProxy, get_proxy
 from ._stack.stack import GymStack, StackConfig, acquire_stack, release_stack
-from ._tasks.taskset import NeMoGymTaskset, Task
+from ._tasks import NeMoGymTaskset, Task
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,12 @@ class NeMoGymHarness:
     Stacks join the process's one Ray head (``shared_ray=True``); pass ``shared_ray=False`` to let each
     stack's ``ng_run`` start a Ray cluster of its own, or ``overrides=["+ray_head_node_address=HOST:PORT"]``
     to join a cluster of yours.
+
+    ``proxy`` is the routing proxy its Gym agents call: a ``RoutingProxy`` of yours (started here if it
+    is not, never stopped here), a ``ProxyConfig`` (a proxy of this harness's own, stopped on
+    ``close()``), or ``None`` for the process's shared default proxy. ``secrets`` are values Gym
+    processes must never see in their environment; the API keys of the endpoints this harness is given
+    before its stack starts are added to them.
     """
 
     def __init__(
@@ -102,6 +108,8 @@ class NeMoGymHarness:
         start_timeout: float = 300.0,
         overrides: Sequence[str] = (),
         shared_ray: bool = True,
+        proxy: RoutingProxy | ProxyConfig | None = None,
+        secrets: Iterable[str] = (),
     ) -> None:
         if taskset is not None and nemo_env is None:
             nemo_env = taskset.env_name
@@ -118,6 +126,9 @@ class NeMoGymHarness:
         self._extra_overrides = tuple(overrides)
         self._shared_ray = shared_ray
         self._config_paths = tuple(Path(p) for p in config_paths) if config_paths else None
+        self._proxy_option = proxy
+        self._owns_proxy = isinstance(proxy, ProxyConfig)
+        self._secrets = {s for s in secrets if s}
         self._proxy: RoutingProxy | None = None
         self._stack: GymStack | None = None
         self._lock = threading.Lock()
@@ -172,7 +183,7 @@ class NeMoGymHarness:
                     for reason in external:
                         logger.warning("Gym environment %s may need an external service: %s", self.env_name, reason)
             if self._proxy is None:
-                self._proxy = get_proxy()  # one per process, lives until exit
+                self._proxy = self._make_proxy()
             if self._stack is None:
                 config = StackConfig(
                     name=self.env_name,
@@ -183,12 +194,29 @@ class NeMoGymHarness:
                     isolated_venvs=self._isolated_venvs,
                     shared_ray=self._shared_ray,
                     start_timeout=self._start_timeout,
+                    secrets=frozenset(self._secrets),
                 )
                 stack = acquire_stack(config)
                 self._stack = stack
             stack = self._stack
         stack.ensure_running()
         return stack
+
+    def _make_proxy(self) -> RoutingProxy:
+        option = self._proxy_option
+        if isinstance(option, RoutingProxy):
+            return option.start()
+        if isinstance(option, ProxyConfig):
+            return RoutingProxy(option).start()
+        return get_proxy()  # one per process, lives until exit
+
+    def add_secrets(self, *values: str) -> None:
+        """Values (API keys) Gym processes must never see; applies to a stack not yet started."""
+        self._secrets.update(v for v in values if v)
+
+    def _remember_key(self, endpoint: Endpoint) -> None:
+        if self._stack is None and endpoint.secret_key is not None:
+            self._secrets.add(endpoint.secret_key)
 
     def _refuse_judges(self, config_paths: tuple[Path, ...]) -> tuple[str, ...]:
         """Refuse environments that score with a judge model: only policy calls are routed, and
@@ -252,7 +280,9 @@ class NeMoGymHarness:
                 loop.run_until_complete(session.close())
         if stack is not None:
             release_stack(stack)
-        del proxy  # the process-wide proxy outlives harnesses (stacks hold its port)
+        if proxy is not None and self._owns_proxy:
+            proxy.stop()
+        # otherwise the proxy outlives this harness (the shared one lives until exit; yours is yours)
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
@@ -311,6 +341,7 @@ class NeMoGymHarness:
             prompt=list(task.prompt),
         )
         result.timing["queue_s"] = started - _queued_at if _queued_at is not None else 0.0
+        self._remember_key(endpoint)
         try:
             await self._running_stack()
         except RolloutError as exc:
@@ -446,6 +477,9 @@ class NeMoGymHarness:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(f"concurrency must be a positive integer, not {concurrency!r}.")
         pick = _endpoint_picker(endpoints)
+        known = [endpoints] if isinstance(endpoints, Endpoint) else [] if callable(endpoints) else endpoints
+        for endpoint in known:
+            self._remember_key(endpoint)
         await self.astart()
         # Finished rollouts are handed over by a done-callback: O(1) per rollout, where asyncio.wait over
         # every pending task would cost O(concurrency) per completion.

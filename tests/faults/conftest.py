@@ -35,15 +35,14 @@ def gym_root() -> Path:
 @pytest_asyncio.fixture(scope="package", loop_scope="package")
 async def harness() -> AsyncIterator[NeMoGymHarness]:
     """The suite's one stack, started with the canary in the environment (as a trainer's own key
-    would be) and with its own RoutingProxy, so that its bounds hold whatever ran before in this
-    process (``get_proxy`` options apply only to the first proxy of a process)."""
+    would be) and with its own RoutingProxy (``proxy=``), so that its bounds hold whatever ran before
+    in this process."""
     proxy = RoutingProxy(
         upstream_timeout=UPSTREAM_TIMEOUT, max_retries=MAX_RETRIES, backoff=BACKOFF, backoff_max=BACKOFF_MAX
     ).start()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CANARY_ENV_VAR, CANARY)
-        patch.setattr("verifiers_nemo._harness.get_proxy", lambda: proxy)
-        h = NeMoGymHarness(COUNTER_ENV, timeout=ROLLOUT_TIMEOUT)
+        h = NeMoGymHarness(COUNTER_ENV, timeout=ROLLOUT_TIMEOUT, proxy=proxy)
         try:
             await h.astart()
             yield h

@@ -33,7 +33,7 @@ import pytest
 
 from tests.e2e.test_cli import CLI, SynonymPolicy, _child_env
 from tests.faults.helpers import COUNTER_ENV, cmdline_of, pids_with_env, record_figures
-from verifiers_nemo import ConfigurationError, NeMoGymHarness, NeMoGymTaskset, load_environment
+from verifiers_nemo import ConfigurationError, NeMoGymHarness, NeMoGymTaskset, RoutingProxy, load_environment
 from verifiers_nemo._eval import EvalSettings
 from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks, unreproducible_reason
 
@@ -163,16 +163,15 @@ def test_api_refuses_a_judge_scored_environment_before_the_proxy_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VERIFIERS_NEMO_CACHE_DIR", str(tmp_path / "cache"))
-    proxies: list[object] = []
-    monkeypatch.setattr("verifiers_nemo._harness.get_proxy", lambda: proxies.append(object()))
-    env = load_environment("aalcr")
+    proxy = RoutingProxy()  # handed to the harness, so a start would show on it
+    env = load_environment("aalcr", proxy=proxy)
 
     for step in (env.harness.check, env.harness.start):
         with pytest.raises(ConfigurationError, match="aalcr scores with a judge model"):
             step()
     env.close()
 
-    assert proxies == [] and env.harness._stack is None and not (tmp_path / "cache").exists()
+    assert not proxy.running and env.harness._stack is None and not (tmp_path / "cache").exists()
 
 
 # -- row 4: replaying an environment marked † is refused with the reason `envs` shows ----------------

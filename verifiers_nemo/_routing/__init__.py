@@ -1,0 +1,16 @@
+"""The routing proxy Gym's ``policy_model`` points at: routes by key, configured by ``ProxyConfig``,
+each policy call recorded as a ``PolicyCall``."""
+
+from .config import ProxyConfig
+from .proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, Route, RoutingProxy, get_proxy
+from .trace import PolicyCall
+
+__all__ = [
+    "ROUTE_METADATA_KEY",
+    "STATUS_UPSTREAM_FAILED",
+    "PolicyCall",
+    "ProxyConfig",
+    "Route",
+    "RoutingProxy",
+    "get_proxy",
+]

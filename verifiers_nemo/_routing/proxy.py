@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -32,7 +33,8 @@ from aiohttp import web
 from .._endpoint import Endpoint
 from .._exceptions import ConfigurationError, UpstreamConversionError, UpstreamError, UpstreamInternalError
 from .._protocol import dumps, loads
-from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, RetryPolicy, Upstream
+from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, Upstream
+from .config import ProxyConfig
 from .trace import PolicyCall
 
 logger = logging.getLogger(__name__)
@@ -239,62 +241,41 @@ class RoutingProxy:
     policy calls to each rollout's endpoint.
 
     One per process is the intended use (see ``get_proxy``). ``start()`` blocks until the port is
-    bound and ``stop()`` is bounded; both are idempotent. ``open_route`` is thread-safe.
-
-    Upstream calls share one ``ClientSession`` whose ``TCPConnector`` allows ``connector_limit``
-    connections in all (default 8192; 0 means unlimited) and ``connector_limit_per_host`` per host
-    (default 0: only the total applies), so thousands of concurrent rollouts are not queued behind
-    aiohttp's default of 100. Each policy call is bounded by ``upstream_timeout`` seconds over all
-    attempts, and retried at most ``max_retries`` times with exponential backoff and jitter.
+    bound and ``stop()`` is bounded; both are idempotent. ``open_route`` is thread-safe. What it is
+    configured with (bounds, connector limits) is a ``ProxyConfig``.
     """
 
     def __init__(
         self,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        config: ProxyConfig | None = None,
         *,
-        upstream_timeout: float = 600.0,
-        connect_timeout: float = 10.0,
-        max_retries: int = 3,
-        backoff: float = 0.5,
-        backoff_max: float = 8.0,
-        connector_limit: int = 8192,
-        connector_limit_per_host: int = 0,
-        keepalive_timeout: float = 30.0,
-        max_request_bytes: int = 256 * 1024 * 1024,
-        tombstones: int = 16384,
-        backlog: int = 4096,
-        shutdown_grace: float = 1.0,
-        context_overflow_as_incomplete: bool = True,
-        record_requests: bool = True,
-        use_uvloop: bool = True,
         upstreams: Mapping[str, Upstream] | None = None,
+        **options: Any,
     ) -> None:
-        if not _is_loopback(host):
+        """``config``, with any ``ProxyConfig`` field given as a keyword (``RoutingProxy(max_retries=1)``)
+        overriding it; ``upstreams`` adds or replaces upstreams by ``Endpoint.api`` name."""
+        config = dataclasses.replace(config or ProxyConfig(), **options)
+        if not _is_loopback(config.host):
             raise ConfigurationError(
-                f"RoutingProxy binds loopback only (the route keys are its only protection); got {host!r}."
+                f"RoutingProxy binds loopback only (the route keys are its only protection); got {config.host!r}."
             )
-        self.host = host
-        self._requested_port = port
-        self.retry = RetryPolicy(
-            max_retries=max_retries,
-            backoff=backoff,
-            backoff_max=backoff_max,
-            timeout=upstream_timeout,
-            connect_timeout=connect_timeout,
-        )
-        self._connector_limit = connector_limit
-        self._connector_limit_per_host = connector_limit_per_host
-        self._keepalive_timeout = keepalive_timeout
-        self._max_request_bytes = max_request_bytes
-        self._tombstone_limit = tombstones
-        self._backlog = backlog
-        self._shutdown_grace = shutdown_grace
-        self._record_requests = record_requests
-        self._use_uvloop = use_uvloop
+        self.config = config
+        self.host = config.host
+        self._requested_port = config.port
+        self.retry = config.retry
+        self._connector_limit = config.connector_limit
+        self._connector_limit_per_host = config.connector_limit_per_host
+        self._keepalive_timeout = config.keepalive_timeout
+        self._max_request_bytes = config.max_request_bytes
+        self._tombstone_limit = config.tombstones
+        self._backlog = config.backlog
+        self._shutdown_grace = config.shutdown_grace
+        self._record_requests = config.record_requests
+        self._use_uvloop = config.use_uvloop
+        overflow = config.context_overflow_as_incomplete
         self._upstreams: dict[str, Upstream] = {
-            "responses": ResponsesUpstream(self.retry, context_overflow_as_incomplete=context_overflow_as_incomplete),
-            "chat": ChatCompletionsUpstream(self.retry, context_overflow_as_incomplete=context_overflow_as_incomplete),
+            "responses": ResponsesUpstream(self.retry, context_overflow_as_incomplete=overflow),
+            "chat": ChatCompletionsUpstream(self.retry, context_overflow_as_incomplete=overflow),
             **(upstreams or {}),
         }
         self._lock = threading.Lock()
