@@ -121,19 +121,19 @@ def sum_usage(usages: list[dict[str, Any] | None]) -> dict[str, int]:
 
 def strip_route(gym_result: dict[str, Any], key: str, model: str | None) -> None:
     """Remove the route key from the echo of ``responses_create_params`` in a Gym result (in place)."""
-    params = gym_result.get("responses_create_params")
-    if isinstance(params, dict):
-        if params.get("model") == key:
-            params["model"] = model
-        metadata = params.get("metadata")
-        if isinstance(metadata, dict):
-            metadata.pop(ROUTE_METADATA_KEY, None)
-            if not metadata:
-                params["metadata"] = None
-    response = gym_result.get("response")
-    if isinstance(response, dict):
-        if response.get("model") == key:
-            response["model"] = model
-        metadata = response.get("metadata")
-        if isinstance(metadata, dict):
-            metadata.pop(ROUTE_METADATA_KEY, None)
+    _strip_route_from(gym_result.get("responses_create_params"), key, model, empty_metadata=None)
+    _strip_route_from(gym_result.get("response"), key, model, empty_metadata={})
+
+
+def _strip_route_from(echo: Any, key: str, model: str | None, *, empty_metadata: dict[str, Any] | None) -> None:
+    """``empty_metadata`` replaces metadata left empty: the request had none (``None``), while a
+    Response keeps its (empty) object."""
+    if not isinstance(echo, dict):
+        return
+    if echo.get("model") == key:
+        echo["model"] = model
+    metadata = echo.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop(ROUTE_METADATA_KEY, None)
+        if not metadata:
+            echo["metadata"] = empty_metadata
