@@ -403,7 +403,7 @@ async def test_vf_eval_failed_rollout_is_a_harness_error_never_a_reward_of_zero(
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     try:
-        code, output, episodes = await vf_eval(
+        _code, output, episodes = await vf_eval(
             vf_python,
             tmp_path,
             f"http://127.0.0.1:{runner.addresses[0][1]}/v1",
