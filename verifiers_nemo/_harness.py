@@ -34,7 +34,7 @@ from ._result import (
     sum_usage,
 )
 from ._routing import ProxyConfig, RoutingProxy, get_proxy
-from ._stack.stack import GymStack, StackConfig, acquire_stack, release_stack
+from ._stack import GymStack, StackConfig, acquire_stack, release_stack
 from ._tasks import NeMoGymTaskset, Task
 
 logger = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class NeMoGymHarness:
         external = self._refuse_judges(config_paths)
         if not self._isolated_venvs:
             from ._gym.runtime import find_gym_runtime
-            from ._stack.stack import check_requirements
+            from ._stack import check_requirements
 
             instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
             check_requirements(self.env_name, instances, find_gym_runtime(self._gym_python))

@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.conftest import env_config, wait_until
 from verifiers_nemo import ConfigurationError, MissingRequirementsError
 from verifiers_nemo._stack.procs import port_accepts, session_pids
-from verifiers_nemo._stack.stack import GymStack, StackConfig
+from verifiers_nemo._stack import GymStack, StackConfig
 
 pytestmark = pytest.mark.e2e
 UNUSED_POLICY = "http://127.0.0.1:9"  # nothing calls the policy in these tests
@@ -39,8 +39,8 @@ def _ports(stack: GymStack) -> list[int]:
 def test_stack_starts_answers_and_stops_without_leftovers(gym_root: Path) -> None:
     stack = GymStack(_config(gym_root, "example_single_tool_call"))
     info = stack.start()
-    sid = stack._launch.supervisor.pid
-    head = stack._ray_head
+    sid = stack.launch.supervisor.pid
+    head = stack.ray_head
     ports = [*_ports(stack), head.gcs_port]
     assert set(info.server_urls) == {"example_single_tool_call", "example_single_tool_call_simple_agent"}
     assert info.agent_names == ("example_single_tool_call_simple_agent",)
@@ -71,10 +71,10 @@ def test_two_stacks_of_different_environments_run_at_once(gym_root: Path) -> Non
             for url in stack.info().server_urls.values():
                 assert _get(url + "/") == 200
         # one Ray head for the process: the second stack joined it instead of starting a cluster
-        assert a._ray_head is b._ray_head and a._ray_head.alive
-        joined = f"Connecting to Ray cluster at specified address: {a._ray_head.address}"
+        assert a.ray_head is b.ray_head and a.ray_head.alive
+        joined = f"Connecting to Ray cluster at specified address: {a.ray_head.address}"
         assert all(joined in stack.log_path.read_text() for stack in (a, b))
-        head = a._ray_head
+        head = a.ray_head
         a.stop()
         assert head.alive  # still used by b
         assert _get(b.agent_url() + "/") == 200
@@ -88,13 +88,13 @@ def test_a_dead_ray_head_is_detected_and_restart_starts_a_new_one(gym_root: Path
     stack = GymStack(_config(gym_root, "example_single_tool_call"))
     try:
         stack.start()
-        generation, head = stack.generation, stack._ray_head
+        generation, head = stack.generation, stack.ray_head
         os.killpg(head.pid, signal.SIGKILL)  # the head's supervisor and ray start, as an OOM kill would
         wait_until(lambda: stack.is_dead(generation), timeout=15)
         assert "Ray head" in (stack.dead_reason or "")
 
         info = stack.ensure_running()
-        assert stack._ray_head is not head and stack._ray_head.alive
+        assert stack.ray_head is not head and stack.ray_head.alive
         for url in info.server_urls.values():
             assert _get(url + "/") == 200
     finally:
@@ -149,13 +149,13 @@ _OWNER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from verifiers_nemo._stack.stack import GymStack, StackConfig
+    from verifiers_nemo._stack import GymStack, StackConfig
     stack = GymStack(StackConfig("example_single_tool_call", (Path(sys.argv[1]),), "http://127.0.0.1:9"))
     info = stack.start()
     ports = [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]]
-    sids = [stack._launch.supervisor.pid, stack._ray_head.pid]
-    dirs = [str(stack._launch.run_dir), str(stack._ray_head.temp_dir)]
-    print(json.dumps({"sids": sids, "ports": ports + [stack._ray_head.gcs_port], "dirs": dirs}), flush=True)
+    sids = [stack.launch.supervisor.pid, stack.ray_head.pid]
+    dirs = [str(stack.launch.run_dir), str(stack.ray_head.temp_dir)]
+    print(json.dumps({"sids": sids, "ports": ports + [stack.ray_head.gcs_port], "dirs": dirs}), flush=True)
     time.sleep(600)
     """
 )
@@ -207,7 +207,7 @@ def test_shared_ray_false_lets_ng_run_start_its_own_ray(gym_root: Path) -> None:
                                  UNUSED_POLICY, shared_ray=False))  # fmt: skip
     try:
         info = stack.start()
-        assert stack._ray_head is None
+        assert stack.ray_head is None
         assert "NeMo Gym is starting a new Ray cluster" in stack.log_path.read_text()
         assert _get(info.server_urls["example_single_tool_call"] + "/") == 200
     finally:

@@ -29,7 +29,7 @@ _CHILD = textwrap.dedent(
     import json, logging, sys, time
     from pathlib import Path
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from verifiers_nemo._stack.stack import GymStack, StackConfig
+    from verifiers_nemo._stack import GymStack, StackConfig
     stack = GymStack(StackConfig(sys.argv[1], (Path(sys.argv[2]),), "http://127.0.0.1:9"))
     print(json.dumps({"waiting": True}), flush=True)
     sys.stdin.readline()  # go: both processes are released at once
@@ -42,7 +42,7 @@ _CHILD = textwrap.dedent(
     print(json.dumps({
         "ports": [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]],
         "urls": [info.head_url, *info.server_urls.values()],
-        "sid": stack._launch.supervisor.pid,
+        "sid": stack.launch.supervisor.pid,
         "start_s": time.monotonic() - started,
         "address_in_use": stack.log_path.read_text(errors="replace").count("address already in use"),
     }), flush=True)

@@ -182,7 +182,7 @@ async def test_the_api_key_never_reaches_gym_configs_processes_logs_or_results(
     assert "***" in by_index[4].error.message  # the echoed key is redacted, the rest of the message kept
 
     search = CanarySearch(CANARY)
-    launch = harness.stack._launch
+    launch = harness.stack.launch
     search.tree(launch.run_dir)  # Gym config files, ng_run.log with every server's output
     pids = harness.stack.info().pids  # the stack's and its Ray head's processes
     ray_dirs = set()

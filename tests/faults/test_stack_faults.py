@@ -60,7 +60,7 @@ async def agent_kill(harness: NeMoGymHarness, tmp_path_factory: pytest.TempPathF
         return await counter_policy(body, request)
 
     agent_port = int(harness.stack.agent_url().rsplit(":", 1)[1])
-    dead_run_dir = harness.stack._launch.run_dir  # a dead stack's folder (its logs) is kept; tidied below
+    dead_run_dir = harness.stack.launch.run_dir  # a dead stack's folder (its logs) is kept; tidied below
     async with PolicyServer(slow_counter) as server:
         endpoint = Endpoint(base_url=server.base_url, model="m")
 

@@ -1,8 +1,9 @@
-"""How GymStack tells rollouts and itself that it died, without a real Gym stack.
+"""How a Gym stack tells rollouts and itself that it died, without a real Gym stack.
 
-The launch is faked (a sleeping process stands in for ng_run's supervisor, plain sockets for the servers), so
-these tests pin the rules: one death future per (generation, loop) resolved from any thread, a stale generation
-is dead at once, and the monitor strikes only a server that refuses connections, never a slow one.
+Plain processes and sockets stand in for ng_run's supervisor and the servers, so these tests pin the rules:
+one death future per (generation, loop) resolved from any thread, a stale generation is dead at once, a
+server's death is seen from its process's exit at once, and the probe fallback strikes only a server that
+refuses connections, never a slow one.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,21 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo._stack import procs as _procs
-from verifiers_nemo._stack import stack as _stack
 from verifiers_nemo._gym.config import ServerInstance
-from verifiers_nemo._stack.procs import port_state
-from verifiers_nemo._stack.stack import GymStack, StackConfig, _Launch
-
-CONFIG = """\
-tiny_agent:
-  responses_api_agents:
-    simple_agent:
-      entrypoint: app.py
-      model_server:
-        type: responses_api_models
-        name: policy_model
-"""
+from verifiers_nemo._stack import Launch
+from verifiers_nemo._stack.deaths import Deaths
+from verifiers_nemo._stack.logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, sweep_run_dirs
+from verifiers_nemo._stack.monitor import Monitor
+from verifiers_nemo._stack.procs import port_state, sweep_dead_owners
 
 
 @pytest.fixture
@@ -50,63 +43,106 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[GymStack]:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(CONFIG)
-    stack = GymStack(StackConfig("tiny", (path,), "http://127.0.0.1:9"))
-    yield stack
-    launch = stack._launch
-    if launch is not None and launch.supervisor.poll() is None:
-        launch.supervisor.kill()
-        launch.supervisor.wait()
-
-
-def _fake_launch(stack: GymStack, tmp_path: Path, ports: dict[str, int]) -> _Launch:
-    # like the real supervisor, it exits when its stdin (the owner's pipe) closes
-    supervisor = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True)
+def _launch(tmp_path: Path, ports: dict[str, int]) -> Launch:
     instance = ServerInstance("tiny_agent", "responses_api_agents", "simple_agent", {})
-    stack._generation += 1
-    stack._launch = _Launch(
-        generation=stack._generation,
-        supervisor=supervisor,
+    return Launch(
+        generation=1,
+        supervisor=None,  # type: ignore[arg-type]  # not used by what these tests read
         run_dir=tmp_path / "run",
         log_path=tmp_path / "run" / "ng_run.log",
         head_port=_free_port(),
         servers={name: (instance, port) for name, port in ports.items()},
         started_at=time.monotonic(),
     )
-    return stack._launch
 
 
-def test_agent_url_comes_from_the_launch_table(stack: GymStack, tmp_path: Path) -> None:
-    _fake_launch(stack, tmp_path, {"tiny_agent": 23456})
-    assert stack.agent_url() == "http://127.0.0.1:23456"
-    assert stack.agent_url("tiny_agent") == "http://127.0.0.1:23456"
+def _watch(servers: dict[str, int], deaths: Deaths, generation: int = 1, **kwargs: object) -> Monitor:
+    return Monitor(
+        "tiny",
+        processes={},
+        servers=servers,
+        sid=os.getsid(0),
+        on_death=lambda reason: deaths.die(generation, reason),
+        **kwargs,  # type: ignore[arg-type]
+    )
 
 
-async def test_death_future_is_shared_and_resolved_from_another_thread(stack: GymStack, tmp_path: Path) -> None:
-    launch = _fake_launch(stack, tmp_path, {"tiny_agent": 23456})
-    first = stack.death_future(launch.generation)
-    assert stack.death_future(launch.generation) is first
+def test_agent_url_comes_from_the_launch_table(tmp_path: Path) -> None:
+    launch = _launch(tmp_path, {"tiny_agent": 23456})
+    assert launch.agent_url(None, "tiny") == "http://127.0.0.1:23456"
+    assert launch.agent_url("tiny_agent", "tiny") == "http://127.0.0.1:23456"
+
+
+async def test_death_future_is_shared_and_resolved_from_another_thread() -> None:
+    deaths = Deaths()
+    deaths.begin(1)
+    first = deaths.future(1)
+    assert deaths.future(1) is first
     assert not first.done()
-    threading.Thread(target=stack._mark_dead, args=(launch, "agent gone")).start()
+    threading.Thread(target=deaths.die, args=(1, "agent gone")).start()
     assert await asyncio.wait_for(first, 5) == "agent gone"
 
 
-async def test_death_future_of_a_past_or_dead_generation_is_already_resolved(stack: GymStack, tmp_path: Path) -> None:
-    launch = _fake_launch(stack, tmp_path, {"tiny_agent": 23456})
-    stale = stack.death_future(launch.generation - 1)
+async def test_death_future_of_a_past_or_dead_generation_is_already_resolved() -> None:
+    deaths = Deaths()
+    deaths.begin(2)
+    stale = deaths.future(1)
     assert stale.done()
-    stack._mark_dead(launch, "boom")
-    assert stack.death_future(launch.generation).result() == "boom"
+    deaths.die(2, "boom")
+    assert deaths.future(2).result() == "boom"
 
 
-async def test_stopping_the_stack_resolves_its_death_futures(stack: GymStack, tmp_path: Path) -> None:
-    launch = _fake_launch(stack, tmp_path, {"tiny_agent": 23456})
-    waiting = stack.death_future(launch.generation)
-    await asyncio.to_thread(stack.stop)
+async def test_stopping_the_stack_resolves_its_death_futures() -> None:
+    deaths = Deaths()
+    deaths.begin(1)
+    waiting = deaths.future(1)
+    await asyncio.to_thread(deaths.end, "the Gym stack was stopped")
     assert "stopped" in await asyncio.wait_for(waiting, 5)
+    assert deaths.is_over(1) and not deaths.died
+
+
+def test_a_server_is_dead_the_moment_its_process_exits(tmp_path: Path) -> None:
+    port = _free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import socket,time; s=socket.create_server(('127.0.0.1',{port})); print(1,flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert server.stdout is not None and server.stdout.readline()  # listening
+        deaths = Deaths()
+        deaths.begin(1)
+        died = threading.Event()
+        deaths.on_death(lambda generation, reason: died.set())
+        monitor = _watch({"tiny_agent": port}, deaths).start()
+        assert monitor.watched_pids == 1 and monitor.probed == {}  # held by a pidfd, not probed
+        server.kill()
+        killed = time.monotonic()
+        assert died.wait(5)
+        assert time.monotonic() - killed < 0.5  # no probe interval, no strikes
+        assert "tiny_agent" in (deaths.reason or "")
+        monitor.stop()
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_watched_process_exit_is_its_reason() -> None:
+    child = subprocess.Popen(["sleep", "60"])
+    deaths = Deaths()
+    deaths.begin(1)
+    died = threading.Event()
+    deaths.on_death(lambda generation, reason: died.set())
+    monitor = Monitor(
+        "tiny", processes={child.pid: "the launcher exited"}, servers={}, sid=None, on_death=lambda r: deaths.die(1, r)
+    ).start()
+    child.kill()
+    assert died.wait(5) and deaths.reason == "the launcher exited"
+    monitor.stop()
+    child.wait()
 
 
 def test_port_state_tells_open_from_refused_from_timeout(
@@ -122,31 +158,32 @@ def test_port_state_tells_open_from_refused_from_timeout(
     assert port_state("127.0.0.1", 1) == "timeout"
 
 
-def test_monitor_never_strikes_a_server_that_is_only_slow(
-    stack: GymStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    launch = _fake_launch(stack, tmp_path, {"tiny_agent": 23456})
-    monkeypatch.setattr(_stack, "port_state", lambda host, port: "timeout")
-    stop = threading.Event()
-    watcher = threading.Thread(target=stack._watch, args=(launch, stop), daemon=True)
-    watcher.start()
+def test_monitor_never_strikes_a_server_that_is_only_slow() -> None:
+    deaths = Deaths()
+    deaths.begin(1)
+    probes: list[int] = []
+
+    def slow(host: str, port: int) -> str:
+        probes.append(port)
+        return "timeout"
+
+    monitor = _watch({"tiny_agent": 23456}, deaths, probe=slow).start()  # nothing to hold: probed
     time.sleep(1.8)  # three probes: a refused server would be struck out after two
-    stop.set()
-    watcher.join(2)
-    assert not stack.is_dead(launch.generation)
+    monitor.stop()
+    assert len(probes) >= 3
+    assert not deaths.is_over(1)
 
 
-def test_monitor_marks_a_refusing_server_dead(stack: GymStack, tmp_path: Path) -> None:
-    launch = _fake_launch(stack, tmp_path, {"tiny_agent": _free_port()})
-    deaths: list[tuple[int, str]] = []
-    stack.on_death(lambda generation, reason: deaths.append((generation, reason)))
-    stop = threading.Event()
-    watcher = threading.Thread(target=stack._watch, args=(launch, stop), daemon=True)
-    watcher.start()
-    watcher.join(5)
-    stop.set()
-    assert stack.is_dead(launch.generation)
-    assert deaths == [(launch.generation, deaths[0][1])] and "tiny_agent" in deaths[0][1]
+def test_monitor_marks_a_refusing_server_dead() -> None:
+    deaths = Deaths()
+    deaths.begin(1)
+    seen: list[tuple[int, str]] = []
+    deaths.on_death(lambda generation, reason: seen.append((generation, reason)))
+    monitor = _watch({"tiny_agent": _free_port()}, deaths).start()
+    assert monitor.probed  # nothing listens: no process to hold, the probe fallback watches it
+    monitor.join(5)
+    assert deaths.is_over(1)
+    assert seen == [(1, seen[0][1])] and "tiny_agent" in seen[0][1]
 
 
 def test_sweep_removes_run_folders_of_dead_owners_only(tmp_path: Path) -> None:
@@ -160,7 +197,7 @@ def test_sweep_removes_run_folders_of_dead_owners_only(tmp_path: Path) -> None:
     for path in (gone, alive, foreign):
         (path / "responses_api_models").mkdir(parents=True)
 
-    assert _stack.sweep_run_dirs(tmp_path) == [gone]  # at once: failure logs live elsewhere
+    assert sweep_run_dirs(tmp_path) == [gone]  # at once: failure logs live elsewhere
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (alive, foreign))
 
 
@@ -168,7 +205,7 @@ def test_logs_of_dead_owners_keep_only_the_newest(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     logs = tmp_path / "logs"
-    old = [logs / f"env-{dead.pid}-{i:04x}" for i in range(_stack.KEEP_FAILED_LOGS + 3)]
+    old = [logs / f"env-{dead.pid}-{i:04x}" for i in range(KEEP_FAILED_LOGS + 3)]
     for age, path in enumerate(old):  # old[0] is the newest
         (path / "servers").mkdir(parents=True)
         os.utime(path, (time.time() - age * 60, time.time() - age * 60))
@@ -179,10 +216,10 @@ def test_logs_of_dead_owners_keep_only_the_newest(tmp_path: Path) -> None:
     mine.mkdir()
     os.utime(mine, (0, 0))  # the oldest of all, but its owner lives
 
-    removed = _procs.sweep_dead_owners(logs, keep_newest=_stack.KEEP_FAILED_LOGS)
+    removed = sweep_dead_owners(logs, keep_newest=KEEP_FAILED_LOGS)
 
-    assert sorted(removed) == sorted([*old[_stack.KEEP_FAILED_LOGS :], head_log])
-    assert sorted(logs.iterdir()) == sorted([*old[: _stack.KEEP_FAILED_LOGS], mine])
+    assert sorted(removed) == sorted([*old[KEEP_FAILED_LOGS:], head_log])
+    assert sorted(logs.iterdir()) == sorted([*old[:KEEP_FAILED_LOGS], mine])
 
 
 BCB_SERVER_LOG = """\
@@ -208,19 +245,18 @@ RuntimeError: Process `bigcodebench` finished unexpectedly!
 """
 
 
-def _failed_launch(stack: GymStack, tmp_path: Path, server_log: str | None) -> _Launch:
-    launch = _fake_launch(stack, tmp_path, {"bigcodebench": _free_port()})
-    launch.log_path = tmp_path / "logs" / "run" / "ng_run.log"
-    (launch.log_path.parent / _stack.SERVER_LOGS).mkdir(parents=True)
+def _failed_launch_log(tmp_path: Path, server_log: str | None) -> Path:
+    log_path = tmp_path / "logs" / "run" / "ng_run.log"
+    (log_path.parent / SERVER_LOGS).mkdir(parents=True)
     # ng_run's own log interleaves the server's unprefixed output with everything else
-    launch.log_path.write_text(NG_RUN_LOG if server_log is None else server_log + NG_RUN_LOG)
+    log_path.write_text(NG_RUN_LOG if server_log is None else server_log + NG_RUN_LOG)
     if server_log is not None:
-        (launch.log_path.parent / _stack.SERVER_LOGS / "bigcodebench.log").write_text(server_log)
-    return launch
+        (log_path.parent / SERVER_LOGS / "bigcodebench.log").write_text(server_log)
+    return log_path
 
 
-def test_start_failure_summary_carries_the_crashed_servers_own_output(stack: GymStack, tmp_path: Path) -> None:
-    summary = stack._failure_summary(_failed_launch(stack, tmp_path, BCB_SERVER_LOG))
+def test_start_failure_summary_carries_the_crashed_servers_own_output(tmp_path: Path) -> None:
+    summary = failure_summary(_failed_launch_log(tmp_path, BCB_SERVER_LOG), "bigcodebench")
 
     assert summary.startswith("Gym server bigcodebench exited while the stack started. Its last lines:\n")
     assert "pyenv: python3.10: command not found" in summary  # the cause
@@ -229,7 +265,7 @@ def test_start_failure_summary_carries_the_crashed_servers_own_output(stack: Gym
     assert "INFO worker.py" not in summary and "Connecting to Ray" not in summary  # routine chatter
 
 
-def test_start_failure_summary_of_a_silent_server_says_it_printed_nothing(stack: GymStack, tmp_path: Path) -> None:
-    summary = stack._failure_summary(_failed_launch(stack, tmp_path, ""))
+def test_start_failure_summary_of_a_silent_server_says_it_printed_nothing(tmp_path: Path) -> None:
+    summary = failure_summary(_failed_launch_log(tmp_path, ""), "bigcodebench")
 
     assert summary == "Gym server bigcodebench exited while the stack started, without any output of its own."

@@ -1,0 +1,21 @@
+"""The Gym server stack: configured by ``StackConfig`` (plain data), run by ``GymStack`` under a supervisor.
+
+config (what to run) → plan (pure: servers, argv, environment) → supervisor (start/stop a supervised
+launcher) → stack (lifecycle) ← monitor (death from process exit) → deaths (who is told); registry
+(one refcounted object per key: stacks, Ray heads); ray_head; requirements; logs; procs (Linux helpers).
+"""
+
+from .config import StackConfig, StackInfo
+from .requirements import check_requirements
+from .stack import GymStack, Launch, acquire_stack, release_stack, stop_all_stacks
+
+__all__ = [
+    "GymStack",
+    "Launch",
+    "StackConfig",
+    "StackInfo",
+    "acquire_stack",
+    "check_requirements",
+    "release_stack",
+    "stop_all_stacks",
+]

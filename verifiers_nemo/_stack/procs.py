@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import http.client
 import logging
 import os
 import random
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Literal
@@ -38,6 +38,12 @@ def session_pids(sid: int) -> list[int]:
         if fields and int(fields[3]) == sid and fields[0] != b"Z":
             pids.append(int(entry))
     return pids
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != b"Z"
 
 
 def rss_bytes(pids: list[int]) -> int:
@@ -81,6 +87,19 @@ def port_state(host: str, port: int, timeout: float = 0.5) -> Literal["open", "r
         return "timeout"
     except OSError:
         return "refused"
+
+
+def http_ok(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
+    """Whether an HTTP server on ``host:port`` answers ``GET /`` (any status)."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", "/")
+        conn.getresponse().read()
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -184,29 +203,33 @@ def remove_legacy_port_locks(lock_dir: Path) -> None:
         lock_dir.rmdir()
 
 
-def stop_supervised(
-    supervisor: subprocess.Popen[bytes], label: str, timeout: float, *, keep_logs: bool = False
-) -> None:
-    """Stop a process started under ``_gym_side/supervisor.py`` and everything of its session.
-
-    Tells it we stop it on purpose (one byte: ``k`` when its logs are to be kept for an error message, else
-    ``s``; it removes its files itself either way, even if we die next), closes its pipe (EOF: it tears its
-    session down), waits up to ``timeout``, then SIGKILLs whatever of the session is left."""
-    if supervisor.stdin:
-        with contextlib.suppress(OSError):
-            supervisor.stdin.write(b"k" if keep_logs else b"s")
-        with contextlib.suppress(OSError):
-            supervisor.stdin.close()
-    try:
-        supervisor.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        logger.warning("%s did not stop in %.0fs; killing it", label, timeout)
-    survivors = kill_session(supervisor.pid, timeout=5.0)
-    if supervisor.poll() is None:
-        supervisor.kill()
-        supervisor.wait(timeout=5)
-    if survivors:
-        logger.error("%s: processes %s survived SIGKILL", label, survivors)
+def listening_pids(port: int, sid: int) -> list[int]:
+    """The processes of session ``sid`` that hold a socket listening on TCP ``port`` (IPv4 or IPv6)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    holders = []
+    for pid in session_pids(sid) if inodes else []:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    holders.append(pid)
+                    break
+            except OSError:
+                continue
+    return holders
 
 
 # -- files named after the process that owns them: ``<label>-<pid>-<hex>[.ext]`` ----------------------

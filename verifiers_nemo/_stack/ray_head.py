@@ -17,23 +17,22 @@ The supervisor removes that folder whenever the head stops; its log lives with t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
-import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from .._gym.runtime import GymRuntime, cache_dir
-from .procs import PortReservation, remove_path, reserve_ports, stop_supervised, sweep_dead_owners
+from .._gym.runtime import GymRuntime
+from .config import HOST
+from .logs import logs_dir
+from .procs import PortReservation, remove_path, reserve_ports, sweep_dead_owners
+from .registry import Registry
+from .supervisor import start_supervised, stop_supervised
 
 logger = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
-_GYM_SIDE = Path(__file__).parent.parent / "_gym_side"
 _STOP_TIMEOUT = 10.0
 TEMP_PREFIX = "vnr-ray-"
 """Temporary folders are ``<tmp>/vnr-ray-<owner pid>-<random>``: short (Ray's socket paths live under
@@ -51,7 +50,7 @@ class RayHead:
         tmp = Path(tempfile.gettempdir())
         sweep_dead_owners(tmp, prefix=TEMP_PREFIX)
         self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=tmp))
-        logs = cache_dir() / "logs"
+        logs = logs_dir()
         logs.mkdir(parents=True, exist_ok=True)
         self.log_path = logs / f"ray-head-{os.getpid()}-{self.temp_dir.name.rsplit('-', 1)[1]}.log"
         argv = [
@@ -76,15 +75,7 @@ class RayHead:
             "remove": [str(self.temp_dir)],
             "logs": [str(self.log_path)],
         }
-        self._supervisor = subprocess.Popen(
-            [str(runtime.python), str(_GYM_SIDE / "supervisor.py"), json.dumps(spec)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd=self.temp_dir,
-            env={**env, **self.env()},
-            start_new_session=True,
-        )
+        self._supervisor = start_supervised(runtime.python, spec, cwd=self.temp_dir, env={**env, **self.env()})
         self.started_at = time.monotonic()
         self._stopped = False
         logger.info("Ray head for Gym stacks starting at %s (pid %d)", self.address, self._supervisor.pid)
@@ -136,43 +127,27 @@ class RayHead:
 
 # -- one head per (process, Gym runtime), refcounted by the stacks that use it ------------------------
 
-_lock = threading.Lock()
-_heads: dict[Path, tuple[RayHead, int]] = {}
+_heads: Registry[Path, RayHead] = Registry(reusable=lambda head: head.alive)
 
 
 def acquire_ray_head(runtime: GymRuntime, env: dict[str, str]) -> RayHead:
     """The process's Ray head for ``runtime``, started if there is none or it died; refcounted."""
-    with _lock:
-        head, count = _heads.get(runtime.prefix, (None, 0))
-        if head is not None and not head.alive:
-            logger.warning("Ray head at %s is gone; starting a new one. Its log:\n%s", head.address, head.log_tail())
-            _stop_quietly(head)
-            head, count = None, 0
-        if head is None:
-            head = RayHead(runtime, env)
-        _heads[runtime.prefix] = (head, count + 1)
-        return head
+    head, spent = _heads.acquire(runtime.prefix, lambda: RayHead(runtime, env))
+    if spent is not None:
+        logger.warning("Ray head at %s is gone; started a new one. Its log:\n%s", spent.address, spent.log_tail())
+        _stop_quietly(spent)
+    return head
 
 
 def release_ray_head(head: RayHead) -> None:
-    """Drop one reference; the last one stops the head."""
-    with _lock:
-        entry = _heads.get(head.runtime.prefix)
-        if entry is not None and entry[0] is head:
-            count = entry[1] - 1
-            if count > 0:
-                _heads[head.runtime.prefix] = (head, count)
-                return
-            del _heads[head.runtime.prefix]
-    _stop_quietly(head)
+    """Drop one reference; the last one stops the head (as does releasing a head already replaced)."""
+    if _heads.release(head.runtime.prefix, head) is not False:
+        _stop_quietly(head)
 
 
 def stop_all_ray_heads() -> None:
     """Stop every head of this process (at exit, after the stacks)."""
-    with _lock:
-        heads = [head for head, _ in _heads.values()]
-        _heads.clear()
-    for head in heads:
+    for head in _heads.clear():
         _stop_quietly(head)
 
 

@@ -1,0 +1,51 @@
+"""What a Gym stack runs (``StackConfig``, plain data built by the harness or the CLI) and what a running one
+reports (``StackInfo``); ``GymStack`` runs the one and returns the other, as uvicorn's Server runs its Config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HOST = "127.0.0.1"
+"""Every Gym server of a stack, and its Ray head, listens on the loopback address only."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """What to run: plain data, built by the harness or the CLI; ``GymStack`` runs it."""
+
+    name: str
+    """A label for logs, usually the environment name."""
+    config_paths: tuple[Path, ...]
+    """Gym config YAMLs (the environment's), without any policy model config."""
+    policy_url: str
+    """Where the agents' ``policy_model`` calls go: the routing proxy, ``http://127.0.0.1:PORT``."""
+    overrides: tuple[str, ...] = ()
+    """Extra ``ng_run`` overrides (``++key=value``)."""
+    gym_python: str | None = None
+    isolated_venvs: bool = False
+    """Let nemo-gym build its own venv (from PyPI) for servers whose requirements the runtime lacks."""
+    pass_env: tuple[str, ...] = ()
+    """Environment variables with secret-looking names that Gym processes may still see."""
+    secrets: frozenset[str] = field(default=frozenset(), repr=False)
+    """Values Gym processes must never see (API keys): environment variables holding one are dropped."""
+    shared_ray: bool = True
+    """Join the process's one Ray head (see ``ray_head``) instead of letting ng_run start a Ray cluster
+    per stack. Ignored when ``overrides`` name a ``ray_head_node_address`` of their own."""
+    start_timeout: float = 300.0
+    stop_timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """A snapshot of a running stack: where its servers are, and what it costs."""
+
+    name: str
+    generation: int
+    head_url: str
+    server_urls: dict[str, str]
+    agent_names: tuple[str, ...]
+    ready_seconds: float
+    pids: tuple[int, ...] = field(repr=False)
+    """The stack's processes, and those of the Ray head it joined (shared with the process's other stacks)."""
+    rss_bytes: int = 0

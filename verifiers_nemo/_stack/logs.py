@@ -1,0 +1,91 @@
+"""Where launches keep their logs, and what a failed start says: the failing server's own last lines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .._gym.runtime import cache_dir
+from .procs import sweep_dead_owners
+
+KEEP_FAILED_LOGS = 10
+"""Log folders of failed or dead launches kept for their error messages (the newest; others are removed)."""
+SERVER_LOGS = "servers"
+"""The sub-folder of a launch's log folder where each server writes its own output (``nemo_gym_log_dir``)."""
+# Start-up chatter every Gym server prints (Ray's and uvicorn's INFO lines): left out of failure messages.
+_ROUTINE = re.compile(r"^(INFO:\s|\S+ \S+\s+INFO \S+\.py:\d+ -- |Connecting to Ray cluster at )")
+
+
+def logs_dir() -> Path:
+    """Where launches keep their logs: ``<cache>/logs/<run id>/`` (ng_run.log, servers/<name>.log)."""
+    return cache_dir() / "logs"
+
+
+def sweep_run_dirs(runs: Path) -> list[Path]:
+    """Remove run folders (``<name>-<pid>-<hex>``) whose owner process is gone. Supervisors remove their
+    run folder themselves; this catches the rest (a supervisor killed outright, an owner killed between
+    creating the folder and starting the supervisor)."""
+    return sweep_dead_owners(runs)
+
+
+def log_tail(log_path: Path, lines: int = 40) -> str:
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def server_lines(log_path: Path, name: str, lines: int = 25) -> list[str]:
+    """The last lines server ``name`` of the launch logging to ``log_path`` (ng_run's log) wrote itself: its
+    own log (``nemo_gym_log_dir``: stdout and stderr, the output of its start-up commands included), else
+    the lines ng_run's log prefixes with its name. Blank lines and Gym's routine start-up chatter are left out."""
+    own = log_path.parent / SERVER_LOGS / f"{name.replace('/', '_')}.log"
+    try:
+        text = own.read_text(errors="replace").splitlines()
+    except OSError:
+        try:
+            text = [
+                line.removeprefix(f"({name}) ")
+                for line in log_path.read_text(errors="replace").splitlines()
+                if line.startswith(f"({name}) ")
+            ]
+        except OSError:
+            text = []
+    text = [line.removeprefix(f"({name}) ").rstrip() for line in text]
+    text = [line for line in text if line.strip() and not _ROUTINE.search(line)]
+    return _without_traceback_frames(text)[-lines:]
+
+
+def failure_summary(log_path: Path, stack_name: str) -> str:
+    """Why a start failed: the crashed server's own last lines when ng_run names one, else the log's tail."""
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    crashed = re.findall(r"Process `([^`]+)` finished unexpectedly", text)
+    own = server_lines(log_path, crashed[-1]) if crashed else []
+    if crashed and not own:
+        return f"Gym server {crashed[-1]} exited while the stack started, without any output of its own."
+    if not own:
+        lines = [line for line in text.splitlines() if line.strip() and not _ROUTINE.search(line)]
+        tail = "\n".join(_without_traceback_frames(lines)[-25:]) or "(no output)"
+        return f"Gym stack {stack_name} exited while starting. The launcher's last lines:\n{tail}"
+    return f"Gym server {crashed[-1]} exited while the stack started. Its last lines:\n" + "\n".join(
+        f"  {line}" for line in own
+    )
+
+
+def _without_traceback_frames(lines: list[str]) -> list[str]:
+    """Python tracebacks without their frames (kept in the full log): the exception line says why."""
+    out: list[str] = []
+    in_traceback = False
+    for line in lines:
+        if line.lstrip().startswith("Traceback (most recent call last):"):
+            in_traceback = True
+            continue
+        if in_traceback and line[:1].isspace():
+            continue
+        in_traceback = False
+        out.append(line)
+    return out

@@ -1,0 +1,118 @@
+"""The launch plan of a stack, as pure functions of its config (no processes, no files written): which
+servers it runs, the policy entry of its Gym config, ng_run's argv, and the environment Gym processes get."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .._exceptions import ConfigurationError
+from .._gym.config import POLICY_MODEL, ServerInstance, merged_configs, server_instances
+from .config import HOST, StackConfig
+
+POLICY_IMPLEMENTATION = "verifiers_nemo_policy"
+"""The implementation name of the placeholder ``policy_model`` server (whose host and port are the proxy's)."""
+_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+
+
+def stack_servers(config: StackConfig) -> list[ServerInstance]:
+    """The servers the stack runs (its config's, less ``policy_model``); refuses a config without a Gym agent
+    or one whose servers refer to a server it does not define (a judge model, say)."""
+    for path in config.config_paths:
+        if not Path(path).is_file():
+            raise ConfigurationError(f"Gym config file {path} does not exist.")
+    instances = server_instances(merged_configs([Path(p) for p in config.config_paths]))
+    instances = [i for i in instances if i.name != POLICY_MODEL]
+    if not any(i.server_type == "responses_api_agents" for i in instances):
+        raise ConfigurationError(
+            f"Gym config {', '.join(map(str, config.config_paths))} defines no Gym agent "
+            "(a responses_api_agents entry); pass an environment config."
+        )
+    names = {i.name for i in instances} | {POLICY_MODEL}
+    for instance in instances:
+        for server_type, ref in instance.references():
+            if ref not in names:
+                raise ConfigurationError(
+                    f"Gym server {instance.name!r} refers to {server_type}/{ref!r}, which this stack "
+                    "does not define. Servers other than policy_model (e.g. a judge model) must be "
+                    "routed or configured explicitly; this environment cannot run as it is."
+                )
+    return instances
+
+
+def policy_model_config(policy_url: str) -> dict[str, Any]:
+    """The Gym config entry of ``policy_model``: the placeholder server at the proxy's host and port."""
+    policy = urlsplit(policy_url)
+    return {
+        POLICY_MODEL: {
+            "responses_api_models": {
+                POLICY_IMPLEMENTATION: {"entrypoint": "app.py", "host": policy.hostname, "port": policy.port}
+            }
+        }
+    }
+
+
+def ng_run_argv(
+    ng_run: Path,
+    config: StackConfig,
+    *,
+    policy_yaml: Path,
+    head_port: int,
+    servers: Mapping[str, tuple[ServerInstance, int]],
+    venv_links: Path,
+    uv_cache: Path,
+    server_logs: Path,
+    ray_head_address: str | None,
+) -> list[str]:
+    """ng_run's command line: the env's configs and ours, every server's host and port, our venvs and logs."""
+    config_paths = ",".join(str(Path(p).resolve()) for p in (*config.config_paths, policy_yaml))
+    argv = [
+        str(ng_run),
+        f"+config_paths=[{config_paths}]",
+        "+skip_venv_if_present=true",
+        f"+uv_venv_dir={venv_links}",
+        f"+uv_cache_dir={uv_cache}",
+        f"+nemo_gym_log_dir={server_logs}",  # each server's own output, for failure messages
+        f"+default_host={HOST}",
+        f"++head_server={{host:{HOST},port:{head_port}}}",
+    ]
+    for instance, port in servers.values():
+        argv += [f"++{instance.override_prefix}.host={HOST}", f"++{instance.override_prefix}.port={port}"]
+    if ray_head_address is not None:
+        argv.append(f"+ray_head_node_address={ray_head_address}")
+    return argv + list(config.overrides)
+
+
+def joins_shared_ray(config: StackConfig) -> bool:
+    """Whether the stack joins the process's Ray head (not when its overrides name a Ray cluster)."""
+    return config.shared_ray and not any("ray_head_node_address" in o for o in config.overrides)
+
+
+def child_env(environ: Mapping[str, str], bin_dir: Path, config: StackConfig) -> dict[str, str]:
+    """The environment of Gym processes: no secrets (secret-looking names unless ``config.pass_env`` names
+    them, and any variable holding one of ``config.secrets``), the runtime's ``bin_dir`` first on PATH."""
+    env = {
+        k: v
+        for k, v in environ.items()
+        if (not _SECRET_NAME.search(k) or k in config.pass_env) and v not in config.secrets
+    }
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled bytecode halves each server's start
+    env.pop("VIRTUAL_ENV", None)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray's public switch for single-machine clusters: with it off, Ray takes the loopback address
+    # as its node IP, so its GCS, raylet, agents and workers listen on 127.0.0.1 instead of every
+    # interface (measured: 14 non-loopback listening sockets per stack without it, 0 with it).
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_id(name: str, pid: int, token: str) -> str:
+    """A launch's folder name, ``<name>-<owner pid>-<token>``: swept once its owner is gone."""
+    return f"{re.sub(r'[^A-Za-z0-9_.]+', '_', name) or '_'}-{pid}-{token}"

@@ -1,0 +1,63 @@
+"""Running a launcher under ``_gym_side/supervisor.py``: the one way the stack and the Ray head start processes.
+
+The supervisor leads its own session and reads a pipe from this process: closing the pipe (a stop, or this
+process's death by any signal) takes down every process of its session and removes the spec's files. That
+pipe is why no signal handler of ours has to tear anything down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .procs import kill_session
+
+logger = logging.getLogger(__name__)
+
+GYM_SIDE = Path(__file__).parent.parent / "_gym_side"
+
+
+def start_supervised(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``spec["argv"]`` under the supervisor, run by the Gym interpreter ``python`` in a new session.
+
+    ``spec``: ``argv``, ``cwd``, ``log`` (the launcher's output), ``grace_s`` (SIGINT to SIGKILL), ``ports``
+    (``[host, port]`` pairs whose closing ends the grace early), ``remove`` (paths removed once the session is
+    down) and ``logs`` (removed too, unless the launch failed)."""
+    return subprocess.Popen(
+        [str(python), str(GYM_SIDE / "supervisor.py"), json.dumps(spec)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def stop_supervised(
+    supervisor: subprocess.Popen[bytes], label: str, timeout: float, *, keep_logs: bool = False
+) -> None:
+    """Stop a process started by ``start_supervised`` and everything of its session.
+
+    Tells it we stop it on purpose (one byte: ``k`` when its logs are to be kept for an error message, else
+    ``s``; it removes its files itself either way, even if we die next), closes its pipe (EOF: it tears its
+    session down), waits up to ``timeout``, then SIGKILLs whatever of the session is left."""
+    if supervisor.stdin:
+        with contextlib.suppress(OSError):
+            supervisor.stdin.write(b"k" if keep_logs else b"s")
+        with contextlib.suppress(OSError):
+            supervisor.stdin.close()
+    try:
+        supervisor.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        logger.warning("%s did not stop in %.0fs; killing it", label, timeout)
+    survivors = kill_session(supervisor.pid, timeout=5.0)
+    if supervisor.poll() is None:
+        supervisor.kill()
+        supervisor.wait(timeout=5)
+    if survivors:
+        logger.error("%s: processes %s survived SIGKILL", label, survivors)
