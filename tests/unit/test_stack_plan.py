@@ -1,0 +1,97 @@
+"""A stack's launch plan, from its config alone: servers, the policy entry, ng_run's argv, Gym's environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from verifiers_nemo import ConfigurationError
+from verifiers_nemo._stack import StackConfig
+from verifiers_nemo._stack.plan import child_env, joins_shared_ray, ng_run_argv, policy_model_config, stack_servers
+
+CONFIG = """\
+tiny_resources:
+  resources_servers:
+    tiny:
+      entrypoint: app.py
+tiny_agent:
+  responses_api_agents:
+    simple_agent:
+      entrypoint: app.py
+      resources_server: {type: resources_servers, name: tiny_resources}
+      model_server: {type: responses_api_models, name: policy_model}
+"""
+
+
+def _config(tmp_path: Path, text: str = CONFIG, **kwargs: object) -> StackConfig:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(text)
+    return StackConfig("tiny", (path,), "http://127.0.0.1:4321", **kwargs)  # type: ignore[arg-type]
+
+
+def test_servers_are_the_configs_less_the_policy_model(tmp_path: Path) -> None:
+    servers = stack_servers(
+        _config(tmp_path, CONFIG + "policy_model:\n  responses_api_models:\n    x:\n      entrypoint: a.py\n")
+    )
+    assert [s.name for s in servers] == ["tiny_resources", "tiny_agent"]
+
+
+def test_a_server_referring_to_an_undefined_one_is_refused(tmp_path: Path) -> None:
+    judged = CONFIG.replace("name: policy_model", "name: judge_model")
+    with pytest.raises(ConfigurationError, match="judge_model"):
+        stack_servers(_config(tmp_path, judged))
+
+
+def test_policy_model_points_at_the_proxy() -> None:
+    entry = policy_model_config("http://127.0.0.1:4321")
+    ((_, settings),) = entry["policy_model"]["responses_api_models"].items()
+    assert settings == {"entrypoint": "app.py", "host": "127.0.0.1", "port": 4321}
+
+
+def test_argv_pins_every_server_to_loopback_and_its_port(tmp_path: Path) -> None:
+    config = _config(tmp_path, overrides=("++tiny_agent.x=1",))
+    servers = {s.name: (s, 20000 + n) for n, s in enumerate(stack_servers(config))}
+    argv = ng_run_argv(
+        Path("/rt/bin/ng_run"),
+        config,
+        policy_yaml=tmp_path / "policy.yaml",
+        head_port=19999,
+        servers=servers,
+        venv_links=tmp_path / "links",
+        uv_cache=tmp_path / "uv",
+        server_logs=tmp_path / "logs",
+        ray_head_address="127.0.0.1:30000",
+    )
+    assert argv[0] == "/rt/bin/ng_run"
+    assert f"+config_paths=[{(tmp_path / 'tiny.yaml').resolve()},{(tmp_path / 'policy.yaml').resolve()}]" in argv
+    assert "++head_server={host:127.0.0.1,port:19999}" in argv
+    assert "++tiny_agent.responses_api_agents.simple_agent.port=20001" in argv
+    assert "++tiny_resources.resources_servers.tiny.host=127.0.0.1" in argv
+    assert "+ray_head_node_address=127.0.0.1:30000" in argv
+    assert argv[-1] == "++tiny_agent.x=1"  # the caller's overrides win
+
+
+def test_own_ray_cluster_in_overrides_means_no_shared_head(tmp_path: Path) -> None:
+    assert joins_shared_ray(_config(tmp_path))
+    assert not joins_shared_ray(_config(tmp_path, overrides=("+ray_head_node_address=10.0.0.1:6379",)))
+    assert not joins_shared_ray(_config(tmp_path, shared_ray=False))
+
+
+def test_gym_processes_never_see_secrets(tmp_path: Path) -> None:
+    environ = {
+        "OPENAI_API_KEY": "sk-a",
+        "HF_TOKEN": "hf-b",
+        "ALLOWED_TOKEN": "c",
+        "INNOCENT": "sk-endpoint-key",
+        "HOME": "/root",
+        "PATH": "/usr/bin",
+        "VIRTUAL_ENV": "/venv",
+    }
+    config = _config(tmp_path, pass_env=("ALLOWED_TOKEN",), secrets=frozenset({"sk-endpoint-key"}))
+    env = child_env(environ, Path("/rt/bin"), config)
+    assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env  # secret-looking names
+    assert "INNOCENT" not in env  # holds one of the config's secrets
+    assert env["ALLOWED_TOKEN"] == "c" and env["HOME"] == "/root"
+    assert env["PATH"] == "/rt/bin:/usr/bin" and "VIRTUAL_ENV" not in env
+    assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
