@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
-import importlib.util
 import json
 import logging
 import re
@@ -30,18 +29,19 @@ from typing import Any
 
 import yaml
 
-from .._exceptions import ConfigurationError, GymRuntimeError, UnknownEnvironmentError
-from .config import requirements_beyond_nemo_gym
+from .._exceptions import ConfigurationError, UnknownEnvironmentError
+from .config import (
+    POLICY_MODEL,
+    RESOURCES_SERVERS,
+    RESPONSES_API_AGENTS,
+    RESPONSES_API_MODELS,
+    YAML_LOADER,
+    requirements_beyond_nemo_gym,
+    server_entries,
+)
+from .runtime import gym_root
 
 logger = logging.getLogger(__name__)
-
-POLICY_MODEL = "policy_model"
-"""The model server name Gym configs use for the policy being trained or evaluated."""
-
-RESOURCES_SERVERS = "resources_servers"
-RESPONSES_API_AGENTS = "responses_api_agents"
-RESPONSES_API_MODELS = "responses_api_models"
-_SERVER_KINDS = (RESOURCES_SERVERS, RESPONSES_API_AGENTS, RESPONSES_API_MODELS)
 
 EXAMPLE_ROLLOUTS = "data/example_rollouts.jsonl"
 """Where an environment keeps its recorded rollouts, relative to its directory."""
@@ -56,7 +56,6 @@ _INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
 # A field annotated without a default on its own line: ``    google_api_key: str``.
 _BARE_ANNOTATION = re.compile(r"^[ \t]+\w+[ \t]*:[ \t]*[^=\n]+$", re.MULTILINE)
 _DATA_FILE = re.compile(r"[\w./-]+\.(?:jsonl|json|csv|parquet|db|sqlite)", re.IGNORECASE)
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available, same semantics
 # What a server's or agent's entrypoint source shows when it needs more than the local machine.
 _SOURCE_MARKERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (
@@ -330,7 +329,7 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
     """
     judges: list[str] = []
     reasons: list[str] = []
-    for entry_name, kind, type_name, definition in _definitions(doc):
+    for entry_name, kind, type_name, definition in server_entries(doc):
         if kind == RESPONSES_API_MODELS:
             continue
         if kind == RESOURCES_SERVERS:
@@ -413,16 +412,7 @@ _cache_lock = threading.Lock()
 
 
 def _resolve_root(root: str | Path | None) -> Path:
-    if root is None:
-        try:
-            from .runtime import gym_root
-        except ImportError:  # pragma: no cover - only before _runtime exists
-            resolved = _installed_gym_root()
-        else:
-            resolved = gym_root()
-    else:
-        resolved = Path(root).expanduser()
-    resolved = resolved.resolve()
+    resolved = (gym_root() if root is None else Path(root).expanduser()).resolve()
     if not (resolved / RESOURCES_SERVERS).is_dir():
         raise ConfigurationError(
             f"{resolved} is not a NeMo Gym root: it has no {RESOURCES_SERVERS}/ directory. "
@@ -430,17 +420,6 @@ def _resolve_root(root: str | Path | None) -> Path:
             "interpreter with nemo-gym installed)."
         )
     return resolved
-
-
-def _installed_gym_root() -> Path:
-    """The site-packages directory of this interpreter's nemo-gym, found without importing it."""
-    spec = importlib.util.find_spec("nemo_gym")
-    if spec is None or spec.origin is None:
-        raise GymRuntimeError(
-            "nemo-gym is not installed in this interpreter. Install it with "
-            "`pip install 'verifiers-nemo[nemogym]'`, or pass root= (the site-packages holding nemo_gym/)."
-        )
-    return Path(spec.origin).parent.parent
 
 
 def _load_catalogue(root: Path) -> tuple[GymEnvironment, ...]:
@@ -500,7 +479,7 @@ def _load_config(root: Path, path: Path) -> GymConfig:
     relpath = path.relative_to(root).as_posix()
     problems: list[str] = []
     try:
-        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)  # a safe loader (C or pure Python)
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=YAML_LOADER)  # a safe loader (C or pure Python)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         return GymConfig(path, relpath, (), (), (), (), (), (f"cannot be read as YAML: {exc}",))
     if not isinstance(doc, Mapping):
@@ -511,7 +490,7 @@ def _load_config(root: Path, path: Path) -> GymConfig:
     agents: list[GymAgent] = []
     requirements: list[str] = []
     seen_types: set[tuple[str, str]] = set()
-    for entry_name, kind, type_name, definition in _definitions(doc):
+    for entry_name, kind, type_name, definition in server_entries(doc):
         servers.append(GymServer(entry_name, kind, type_name))
         if kind != RESPONSES_API_MODELS and (kind, type_name) not in seen_types:
             seen_types.add((kind, type_name))
@@ -586,23 +565,6 @@ def _load_agent(
         max_steps=max_steps if isinstance(max_steps, int) and not isinstance(max_steps, bool) else None,
         requirements=agent_requirements,
     )
-
-
-def _definitions(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Mapping[str, Any]]]:
-    """``(entry name, kind, type, definition)`` for each server entry: ``name: {kind: {type: {...}}}``."""
-    for entry_name, value in doc.items():
-        if not isinstance(value, Mapping) or len(value) != 1:
-            continue
-        kind, inner = next(iter(value.items()))
-        if kind not in _SERVER_KINDS or not isinstance(inner, Mapping):
-            continue
-        for type_name, definition in inner.items():
-            yield (
-                str(entry_name),
-                str(kind),
-                str(type_name),
-                definition if isinstance(definition, Mapping) else {},
-            )
 
 
 def _ref_name(ref: Any) -> str | None:

@@ -1,23 +1,30 @@
-"""Reading NeMo Gym server configs without importing nemo_gym.
+"""Reading NeMo Gym server configs without importing nemo_gym: the one reader of their YAML.
 
 A Gym config YAML maps instance names to ``{server_type: {implementation: {entrypoint, ...}}}``;
-a reference to another server is ``{type: <server_type>, name: <instance>}``. This module reads
-just enough of that to launch a stack: which instances exist, of what kind, and what they need.
+a reference to another server is ``{type: <server_type>, name: <instance>}``. ``server_entries`` walks
+that shape (the catalogue reads every entry); ``server_instances`` keeps the launchable ones (the
+stack); ``requirements_beyond_nemo_gym`` says what a server's directory asks for.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
+RESOURCES_SERVERS = "resources_servers"
+RESPONSES_API_AGENTS = "responses_api_agents"
+RESPONSES_API_MODELS = "responses_api_models"
+SERVER_TYPES = (RESOURCES_SERVERS, RESPONSES_API_AGENTS, RESPONSES_API_MODELS)
 POLICY_MODEL = "policy_model"
+"""The model server name Gym configs use for the policy being trained or evaluated."""
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available, same semantics
 
 
 @dataclass(frozen=True)
@@ -52,23 +59,37 @@ class ServerInstance:
 
 def load_yaml(path: Path) -> dict[str, Any]:
     with open(path) as f:
-        data = yaml.safe_load(f)
+        data = yaml.load(f, Loader=YAML_LOADER)  # a safe loader (C or pure Python)
     return data if isinstance(data, dict) else {}
 
 
-def server_instances(config: dict[str, Any]) -> list[ServerInstance]:
-    """Every server entry (a top-level key with an ``entrypoint`` two levels down)."""
-    found = []
-    for name, value in config.items():
-        if not isinstance(value, dict) or len(value) != 1:
+def server_entries(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Mapping[str, Any]]]:
+    """``(entry name, server type, implementation, definition)`` for each server entry of a config:
+    ``name: {server_type: {implementation: {...}}}`` (a definition that is not a mapping reads as ``{}``)."""
+    for entry_name, value in doc.items():
+        if not isinstance(value, Mapping) or len(value) != 1:
             continue
-        ((server_type, inner),) = value.items()
-        if server_type not in SERVER_TYPES or not isinstance(inner, dict) or len(inner) != 1:
+        server_type, inner = next(iter(value.items()))
+        if server_type not in SERVER_TYPES or not isinstance(inner, Mapping):
             continue
-        ((implementation, settings),) = inner.items()
-        if isinstance(settings, dict) and "entrypoint" in settings:
-            found.append(ServerInstance(name, server_type, implementation, settings))
-    return found
+        for implementation, definition in inner.items():
+            yield (
+                str(entry_name),
+                str(server_type),
+                str(implementation),
+                definition if isinstance(definition, Mapping) else {},
+            )
+
+
+def server_instances(config: Mapping[str, Any]) -> list[ServerInstance]:
+    """The launchable server entries: one implementation each, with an ``entrypoint``."""
+    entries = list(server_entries(config))
+    implementations = Counter(name for name, *_ in entries)
+    return [
+        ServerInstance(name, server_type, implementation, dict(definition))
+        for name, server_type, implementation, definition in entries
+        if implementations[name] == 1 and "entrypoint" in definition
+    ]
 
 
 def merged_configs(paths: list[Path]) -> dict[str, Any]:

@@ -105,13 +105,18 @@ def _probe(python: Path) -> dict:
 
 
 def _runtime_from_probe(python: Path, info: dict) -> GymRuntime:
-    origin = Path(info["origin"])  # .../site-packages/nemo_gym/__init__.py
+    origin = Path(info["origin"])
     return GymRuntime(
         python=python,
         prefix=Path(info["prefix"]),
-        root=origin.parent.parent,
+        root=_root_of(origin),
         nemo_gym_version=info["version"],
     )
+
+
+def _root_of(origin: Path) -> Path:
+    """The Gym root (which holds ``nemo_gym/`` and ``resources_servers/``) of ``.../nemo_gym/__init__.py``."""
+    return origin.parent.parent
 
 
 def _current_runtime() -> GymRuntime | None:
@@ -126,7 +131,7 @@ def _current_runtime() -> GymRuntime | None:
     return GymRuntime(
         python=python,
         prefix=Path(sys.prefix),
-        root=Path(spec.origin).parent.parent,
+        root=_root_of(Path(spec.origin)),
         nemo_gym_version=metadata.version("nemo-gym"),
     )
 

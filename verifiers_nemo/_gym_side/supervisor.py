@@ -48,6 +48,15 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
+def _signal_session(sig: signal.Signals) -> None:
+    """Send ``sig`` to every other process of this session."""
+    for pid in _session_pids(os.getsid(0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _port_open(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2):
@@ -82,20 +91,12 @@ def main() -> int:
 
         # SIGINT to everyone at once: ng_run may be mid start-up (where it does not forward it),
         # and each server's uvicorn shuts down gracefully on it.
-        for pid in _session_pids(os.getsid(0)):
-            try:
-                os.kill(pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
+        _signal_session(signal.SIGINT)
         deadline = time.monotonic() + float(spec.get("grace_s", 5.0))
         ports = [tuple(hp) for hp in spec.get("ports", [])]
         while time.monotonic() < deadline and any(_port_open(h, p) for h, p in ports):
             time.sleep(0.05)
-        for pid in _session_pids(os.getsid(0)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _signal_session(signal.SIGKILL)
         code = ng_run.wait()
         log.write(f"[verifiers_nemo supervisor] stopped (launcher exit {code})\n".encode())
     failed = not stop.is_set() or b"k" in owner_said  # the launcher exited on its own, or the owner keeps logs
