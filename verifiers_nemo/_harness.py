@@ -7,7 +7,7 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from ._result import (
 from ._routing import ProxyConfig, RoutingProxy, get_proxy
 from ._stack import GymStack, StackConfig, acquire_stack, release_stack
 from ._tasks import NeMoGymTaskset, Task
+from ._upstreams import Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ class NeMoGymHarness:
     is not, never stopped here), a ``ProxyConfig`` (a proxy of this harness's own, stopped on
     ``close()``), or ``None`` for the process's shared default proxy. ``secrets`` are values Gym
     processes must never see in their environment; the API keys of the endpoints this harness is given
-    before its stack starts are added to them.
+    before its stack starts are added to them. ``agent_urls`` sends the ``/run`` of the named Gym agents
+    to another address (e.g. a Gym agent you run yourself, or a recorder in front of the stack's).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class NeMoGymHarness:
         shared_ray: bool = True,
         proxy: RoutingProxy | ProxyConfig | None = None,
         secrets: Iterable[str] = (),
+        agent_urls: Mapping[str, str] | None = None,
     ) -> None:
         if taskset is not None and nemo_env is None:
             nemo_env = taskset.env_name
@@ -129,6 +132,7 @@ class NeMoGymHarness:
         self._proxy_option = proxy
         self._owns_proxy = isinstance(proxy, ProxyConfig)
         self._secrets = {s for s in secrets if s}
+        self._agent_urls = {name: url.rstrip("/") for name, url in (agent_urls or {}).items()}
         self._proxy: RoutingProxy | None = None
         self._stack: GymStack | None = None
         self._lock = threading.Lock()
@@ -326,10 +330,15 @@ class NeMoGymHarness:
         sampling_args: dict[str, Any] | None = None,
         timeout: float | None = None,
         *,
+        upstream: Upstream | None = None,
         _queued_at: float | None = None,
     ) -> RolloutResult:
         """Run one task as one rollout against ``endpoint``. Never raises for a rollout failure:
-        the result carries a typed ``error`` instead (and no reward)."""
+        the result carries a typed ``error`` instead (and no reward).
+
+        ``upstream`` replaces how this rollout's policy calls reach ``endpoint`` (by default the
+        proxy's upstream for ``endpoint.api``), e.g. ``FunctionUpstream(fn)`` to answer with a plain
+        function."""
         started = time.monotonic()
         result = RolloutResult(
             task_index=task.task_index,
@@ -351,7 +360,7 @@ class NeMoGymHarness:
         routes: list[Any] = []  # one route per attempt: a retry never shares a trace with a dead attempt
 
         def open_route() -> Any:
-            routes.append(self.proxy.open_route(endpoint, sampling_args=extra_args or None))
+            routes.append(self.proxy.open_route(endpoint, sampling_args=extra_args or None, upstream=upstream))
             return routes[-1]
 
         row = task.gym_row()
@@ -402,9 +411,10 @@ class NeMoGymHarness:
             stack = await self._running_stack()
             generation = stack.generation
             try:
-                url = stack.agent_url(agent) + "/run"
+                url = self._agent_urls.get(agent or "") or stack.agent_url(agent)
             except ConfigurationError as exc:
                 raise GymAgentError(str(exc)) from None
+            url += "/run"
             route = open_route()
             try:
                 return await self._post_run(url, _row_for_route(row, route.key, gym_args), stack, generation)
@@ -469,6 +479,7 @@ class NeMoGymHarness:
         concurrency: int = 32,
         sampling_args: dict[str, Any] | None = None,
         timeout: float | None = None,
+        upstream: Upstream | None = None,
     ) -> AsyncIterator[RolloutResult]:
         """Run ``tasks`` with at most ``concurrency`` at once; yield results as they finish.
 
@@ -496,7 +507,9 @@ class NeMoGymHarness:
                         exhausted = True
                         break
                     future = asyncio.ensure_future(
-                        self.rollout(task, pick(task), sampling_args, timeout, _queued_at=time.monotonic())
+                        self.rollout(
+                            task, pick(task), sampling_args, timeout, upstream=upstream, _queued_at=time.monotonic()
+                        )
                     )
                     future.add_done_callback(finished.put_nowait)
                     running.add(future)

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from tests.e2e.policies import PolicyServer, counter_policy, hang_forever
+from tests.e2e.policies import PolicyServer, counter_policy, hang_forever, response
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
+from verifiers_nemo._upstreams import FunctionUpstream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 ENV = "example_session_state_mgmt"
@@ -93,13 +94,32 @@ async def test_hundred_concurrent_rollouts_keep_their_sessions_and_routes(harnes
 
 async def test_rollout_timeout_is_typed_and_closes_the_route(harness) -> None:
     task = NeMoGymTaskset(ENV)[0]
-    async with PolicyServer(hang_forever) as server:
-        started = time.monotonic()
-        result = await harness.rollout(task, Endpoint(base_url=server.base_url, model="m"), timeout=2)
+    started = time.monotonic()
+    result = await harness.rollout(
+        task,
+        Endpoint(base_url="http://127.0.0.1:9/v1", model="m"),
+        timeout=2,
+        upstream=FunctionUpstream(lambda endpoint, body: hang_forever(body, None)),
+    )
     assert result.error is not None and result.error.type == "timeout"
     assert result.reward is None
     assert time.monotonic() - started < 10
     assert harness.proxy.open_routes == 0
+
+
+async def test_a_plain_function_answers_the_policy_calls_through_the_upstream_seam(harness, tmp_path) -> None:
+    expected = _counter_rows(tmp_path / "tasks.jsonl", 6)
+    tasks = NeMoGymTaskset(ENV, jsonl_path=tmp_path / "tasks.jsonl")
+    calls: list[str] = []
+
+    async def answer(endpoint: Endpoint, body: dict) -> dict:
+        calls.append(endpoint.model)
+        return response(body, await counter_policy(body, None))
+
+    nowhere = Endpoint(base_url="http://127.0.0.1:9/v1", model="fn")  # never contacted
+    results = [r async for r in harness.run(tasks, nowhere, upstream=FunctionUpstream(answer))]
+    assert sorted((r.task_index, r.reward) for r in results) == list(enumerate(expected))
+    assert len(calls) == 6 * 4 and set(calls) == {"fn"}
 
 
 async def test_dead_upstream_is_a_typed_error_and_the_batch_completes(harness, tmp_path: Path) -> None:

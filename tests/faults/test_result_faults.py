@@ -95,9 +95,8 @@ class ManglingAgent:
 
 
 @pytest_asyncio.fixture(loop_scope="package")
-async def mangling_agent(harness: NeMoGymHarness, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ManglingAgent]:
+async def mangling_agent(harness: NeMoGymHarness) -> AsyncIterator[ManglingAgent]:
     async with ManglingAgent(harness.stack.agent_url()) as agent:
-        monkeypatch.setattr(harness.stack, "agent_url", lambda name=None: agent.url)
         yield agent
 
 
@@ -106,8 +105,10 @@ async def test_a_reward_that_is_not_a_number_is_an_invalid_result_never_a_zero(
 ) -> None:
     tagged_counter_rows(tmp_path / "tasks.jsonl", len(MANGLE))
     tasks = NeMoGymTaskset(COUNTER_ENV, jsonl_path=tmp_path / "tasks.jsonl")
-    async with PolicyServer(counter_policy) as server:
-        results = [r async for r in harness.run(tasks, Endpoint(base_url=server.base_url, model="m"), concurrency=7)]
+    # A second harness on the same (shared) stack, whose agent's /run goes through the mangler.
+    mangled = NeMoGymHarness(COUNTER_ENV, proxy=harness.proxy, agent_urls={tasks[0].agent_name: mangling_agent.url})
+    async with mangled, PolicyServer(counter_policy) as server:
+        results = [r async for r in mangled.run(tasks, Endpoint(base_url=server.base_url, model="m"), concurrency=7)]
 
     by_index = {r.task_index: r for r in results}
     invalid = [i for i, r in by_index.items() if r.error is not None and r.error.type == "invalid_result"]
