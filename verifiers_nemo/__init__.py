@@ -1,13 +1,19 @@
 """verifiers_nemo: run NVIDIA NeMo Gym environments inside Verifiers-style RL and eval stacks.
 
-Public API (everything else is private):
+The public API is what this module exports; every other module is private.
 
-* ``NeMoGymTaskset`` / ``Task`` - packaged Gym environments' JSONL tasks, or any JSONL file.
+* ``NeMoGymTaskset`` / ``Task`` - a packaged Gym environment's JSONL tasks, or any JSONL file.
 * ``NeMoGymHarness`` - runs tasks as rollouts through one shared real Gym stack per process.
 * ``Endpoint`` - the OpenAI-compatible inference server (Responses or Chat Completions) of a rollout.
-* ``RolloutResult`` - reward, metrics, completion, per-call trace, usage, timing, typed error.
-* ``load_environment`` / ``NeMoGymEnv`` - the Verifiers-style environment factory.
-* ``list_environments`` / ``get_environment`` - the catalogue of packaged environments.
+* ``RolloutResult`` / ``PolicyCall`` / ``check_contiguity`` - what a rollout returns: reward, metrics,
+  completion, the per-call trace with token IDs and logprobs, usage, timing, a typed error.
+* ``load_environment`` / ``NeMoGymEnv`` - the environment factory (``environments/nemo_gym_env``).
+* ``list_environments`` / ``get_environment`` / ``GymEnvironment`` - the catalogue of packaged environments.
+* Seams: ``RoutingProxy`` / ``ProxyConfig`` (``NeMoGymHarness(proxy=...)``), ``Upstream`` and
+  ``FunctionUpstream`` (``rollout(..., upstream=...)``: a plain function answers), ``ReplayUpstream``
+  (recorded rollouts as the policy).
+* Exceptions: one tree under ``VerifiersNemoError`` (drawn in ``verifiers_nemo._exceptions``); the
+  ``RolloutError`` leaves' ``type`` strings are the ``error.type`` of results.
 """
 
 from __future__ import annotations
@@ -40,33 +46,31 @@ from ._exceptions import (
 if TYPE_CHECKING:
     from ._endpoint import Endpoint
     from ._environment import NeMoGymEnv, load_environment
-    from ._gym.catalogue import GymEnvironment, get_environment, list_environments
+    from ._gym import GymEnvironment, get_environment, list_environments
     from ._harness import NeMoGymHarness
     from ._result import RolloutResult
-    from ._routing import ProxyConfig
-    from ._routing.proxy import PolicyCall, Route, RoutingProxy
-    from ._stack import GymStack, StackConfig
+    from ._routing import PolicyCall, ProxyConfig, RoutingProxy, check_contiguity
     from ._tasks import NeMoGymTaskset, Task
-    from ._upstreams.replay import ReplayUpstream
+    from ._upstreams import FunctionUpstream, ReplayUpstream, Upstream
 
-# Heavy modules (datasets, openai, aiohttp) load on first use, so `verifiers-nemo --help` stays fast.
+# Heavy modules (datasets, aiohttp, pydantic) load on first use, so `verifiers-nemo --help` stays fast.
 _LAZY = {
     "Endpoint": "._endpoint",
-    "GymEnvironment": "._gym.catalogue",
-    "GymStack": "._stack",
+    "FunctionUpstream": "._upstreams",
+    "GymEnvironment": "._gym",
     "NeMoGymEnv": "._environment",
     "NeMoGymHarness": "._harness",
     "NeMoGymTaskset": "._tasks",
-    "PolicyCall": "._routing.proxy",
+    "PolicyCall": "._routing",
     "ProxyConfig": "._routing",
-    "ReplayUpstream": "._upstreams.replay",
+    "ReplayUpstream": "._upstreams",
     "RolloutResult": "._result",
-    "Route": "._routing.proxy",
-    "RoutingProxy": "._routing.proxy",
-    "StackConfig": "._stack",
+    "RoutingProxy": "._routing",
     "Task": "._tasks",
-    "get_environment": "._gym.catalogue",
-    "list_environments": "._gym.catalogue",
+    "Upstream": "._upstreams",
+    "check_contiguity": "._routing",
+    "get_environment": "._gym",
+    "list_environments": "._gym",
     "load_environment": "._environment",
 }
 
@@ -83,11 +87,11 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ConfigurationError",
     "Endpoint",
+    "FunctionUpstream",
     "GymAgentError",
     "GymEnvironment",
     "GymRuntimeError",
     "GymServerDown",
-    "GymStack",
     "InvalidResult",
     "MissingRequirementsError",
     "NeMoGymEnv",
@@ -99,13 +103,12 @@ __all__ = [
     "RolloutError",
     "RolloutResult",
     "RolloutTimeout",
-    "Route",
     "RoutingProxy",
-    "StackConfig",
     "StackStartError",
     "Task",
     "TasksetError",
     "UnknownEnvironmentError",
+    "Upstream",
     "UpstreamConnectionError",
     "UpstreamConversionError",
     "UpstreamError",
@@ -114,6 +117,7 @@ __all__ = [
     "UpstreamProtocolError",
     "UpstreamTimeout",
     "VerifiersNemoError",
+    "check_contiguity",
     "get_environment",
     "list_environments",
     "load_environment",
