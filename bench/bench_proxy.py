@@ -41,6 +41,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import add_json_flag, cpu_seconds, pct, rss_self, write_json  # noqa: E402
+
 from verifiers_nemo._endpoint import Endpoint  # noqa: E402
 from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, RoutingProxy  # noqa: E402
 
@@ -84,21 +86,6 @@ REPLY = {
 }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid``."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 # -- child processes ---------------------------------------------------------------------------
 
 
@@ -128,12 +115,12 @@ def serve_upstream() -> None:
 
 def serve_proxy(upstream_url: str, loop: str) -> None:
     """Child: the proxy with N_ROUTES routes. Prints port, keys and RSS; answers 'rss' on stdin."""
-    rss_start = rss_mib()
+    rss_start = rss_self() / 2**20
     proxy = RoutingProxy(use_uvloop=loop == "uvloop").start()
-    rss_started = rss_mib()
+    rss_started = rss_self() / 2**20
     endpoint = Endpoint(base_url=upstream_url, model=MODEL, api_key="sk-bench")
     routes = [proxy.open_route(endpoint) for _ in range(N_ROUTES)]
-    rss_routes = rss_mib()
+    rss_routes = rss_self() / 2**20
     warm = [proxy.open_route(endpoint) for _ in range(64)]
     info = {
         "port": proxy.port,
@@ -147,7 +134,7 @@ def serve_proxy(upstream_url: str, loop: str) -> None:
     for line in sys.stdin:
         if line.strip() == "rss":
             calls = sum(len(r.calls) for r in routes + warm)
-            print(json.dumps({"rss": rss_mib(), "calls": calls}), flush=True)
+            print(json.dumps({"rss": rss_self() / 2**20, "calls": calls}), flush=True)
     proxy.stop()
 
 
@@ -195,11 +182,6 @@ async def run_load(
     started = time.perf_counter()
     await asyncio.gather(*(caller(i) for i in range(callers)))
     return latencies, time.perf_counter() - started
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -279,9 +261,10 @@ async def bench(args: argparse.Namespace) -> None:
     )
     print(head)
     print("-" * len(head))
+    figures: dict[str, Any] = {"rows": {}}
     for label, lat, wall, cpu in rows:
-        d50, d99 = pct(lat["direct"], 0.50), pct(lat["direct"], 0.99)
-        p50, p99 = pct(lat["proxy"], 0.50), pct(lat["proxy"], 0.99)
+        d50, d99 = pct(lat["direct"], 0.50) * 1000, pct(lat["direct"], 0.99) * 1000
+        p50, p99 = pct(lat["proxy"], 0.50) * 1000, pct(lat["proxy"], 0.99) * 1000
         d_rate = len(lat["direct"]) / wall["direct"]
         p_rate = len(lat["proxy"]) / wall["proxy"]
         proxy_cpu_us = cpu["proxy"] / len(lat["proxy"]) * 1e6
@@ -291,6 +274,16 @@ async def bench(args: argparse.Namespace) -> None:
             f"{p50:>9.2f} {p99:>7.2f} {p_rate:>6.0f} | {p50 - d50:>9.2f} {p99 - d99:>7.2f} | "
             f"{proxy_cpu_us:>5.0f} us {upstream_cpu_us:>5.0f} us"
         )
+        figures["rows"][label.strip()] = {
+            "calls": len(lat["proxy"]),
+            "d50": d50,
+            "d99": d99,
+            "p50": p50,
+            "p99": p99,
+            "a50": p50 - d50,
+            "a99": p99 - d99,
+            "cpu": round(proxy_cpu_us),
+        }
     print(
         "CPU/call: CPU time of the proxy process per proxied call (both of its HTTP legs); "
         "(upstr.): the fake upstream's per direct call, for scale."
@@ -309,6 +302,8 @@ async def bench(args: argparse.Namespace) -> None:
         f"  + one recorded call per route    {after_calls['rss']:8.1f}   (+{calls_delta:.1f}, "
         f"{after_calls['calls'] - warm['calls']} calls)"
     )
+    figures.update(routes=N_ROUTES, routes_mb=round(routes_delta, 1), calls_mb=round(calls_delta, 1))
+    write_json(args.json, figures)
 
 
 def main() -> None:
@@ -322,6 +317,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0, help="offered requests/s of the paced run")
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="the proxy's event loop")
     parser.add_argument("--paced-seconds", type=float, default=8.0, help="duration of the paced run per mode")
+    add_json_flag(parser)
     asyncio.run(bench(parser.parse_args()))
 
 

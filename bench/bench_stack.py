@@ -29,10 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import add_json_flag, write_json
+
 from verifiers_nemo._gym.config import merged_configs, server_instances
 from verifiers_nemo._gym.runtime import find_gym_runtime
+from verifiers_nemo._stack import GymStack, StackConfig
+from verifiers_nemo._stack.procs import http_ok as _http_ok
 from verifiers_nemo._stack.procs import kill_session, reserve_ports, rss_bytes, session_pids
-from verifiers_nemo._stack.stack import GymStack, StackConfig, _http_ok
 
 
 def stock_start(env: str, workdir: Path) -> tuple[float, int, int]:
@@ -104,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="example_single_tool_call")
     parser.add_argument("--repeats", type=int, default=2, help="warm starts per side")
+    add_json_flag(parser)
     args = parser.parse_args()
 
     rows = []
@@ -128,12 +132,15 @@ def main() -> None:
     print(f"{'stack':<14}{'start':<9}{'ready s':>9}{'procs':>7}{'RSS MB':>9}")
     for name, kind, ready, procs, rss in rows:
         print(f"{name:<14}{kind:<9}{ready:>9.1f}{procs:>7}{rss / 1e6:>9.0f}")
+    figures = {}
     for kind in ("cold", "warm", "own Ray", "joined"):
         ours = statistics.median(r[2] for r in rows if r[0] == "GymStack" and r[1] == kind)
         stock = statistics.median(
             r[2] for r in rows if r[0] == "stock ng_run" and r[1] == ("cold" if kind == "cold" else "warm")
         )
         print(f"{kind}: GymStack {ours:.1f}s vs stock {stock:.1f}s (x{stock / ours:.2f} faster)")
+        figures[kind] = {"ours": ours, "stock": stock}
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

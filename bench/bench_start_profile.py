@@ -25,8 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _common import add_json_flag, cpu_seconds, write_json
+
 from verifiers_nemo._gym.runtime import find_gym_runtime
-from verifiers_nemo._stack.stack import GymStack, StackConfig
+from verifiers_nemo._stack import GymStack, StackConfig
 
 PHASES = (
     ("pre-launch (ours)", "spawn"),
@@ -55,15 +57,6 @@ def process_kind(pid: int) -> str:
     if b"supervisor.py" in cmd:
         return "supervisor (ours)"
     return "Ray processes"
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_start(env: str) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
@@ -126,6 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="example_single_tool_call")
     parser.add_argument("--repeats", type=int, default=3)
+    add_json_flag(parser)
     args = parser.parse_args()
 
     load = os.getloadavg()[0]
@@ -137,6 +131,7 @@ def main() -> None:
     print(f"{'phase':<26}" + "".join(f"{f'run {i + 1}':>8}" for i in range(len(runs))) + f"{'median':>8}{'share':>7}")
     totals = [marks["ready"] for marks, _, _ in runs]
     previous = ["start"] * len(runs)
+    phases: dict[str, list[float]] = {}
     for label, mark in PHASES:
         spans = []
         for i, (marks, _, _) in enumerate(runs):
@@ -147,8 +142,11 @@ def main() -> None:
         median = statistics.median(spans)
         share = median / statistics.median(totals) * 100
         print(f"{label:<26}" + "".join(f"{s:>8.2f}" for s in spans) + f"{median:>8.2f}{share:>6.0f}%")
+        phases[label] = [median, share]
     cells = "".join(f"{t:>8.2f}" for t in totals)
     print(f"{'total (start to ready)':<26}{cells}{statistics.median(totals):>8.2f}")
+    phases["total (start to ready)"] = [statistics.median(totals), None]
+    write_json(args.json, phases)
 
     print("\nCPU seconds used by the stack's processes up to ready (median over runs), and how many")
     kinds = sorted({k for _, cpu, _ in runs for k in cpu})

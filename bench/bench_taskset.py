@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from _common import add_json_flag, rss_self, write_json
 
 CASES: dict[str, dict[str, object]] = {
     "full load": {},
@@ -90,7 +93,7 @@ def worker(path: str, case: str) -> None:
     """Load one case in this (fresh) process and print its figures as JSON."""
     from verifiers_nemo._tasks import NeMoGymTaskset
 
-    baseline_kb = _rss_kb()
+    baseline_kb = rss_self() // 1024
     start = time.perf_counter()
     tasks = NeMoGymTaskset(jsonl_path=path, **CASES[case])  # type: ignore[arg-type]
     seconds = time.perf_counter() - start
@@ -100,15 +103,11 @@ def worker(path: str, case: str) -> None:
     print(json.dumps({"tasks": len(tasks), "seconds": seconds, "peak_kb": peak_kb, "baseline_kb": baseline_kb}))
 
 
-def _rss_kb() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * resource.getpagesize() // 1024
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--keep", type=Path, help="write the JSONL here and keep it")
+    add_json_flag(parser)
     parser.add_argument("--worker", nargs=2, metavar=("PATH", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -128,6 +127,7 @@ def main() -> None:
             f"generated in {generated:.1f} s; one fresh subprocess per case\n"
         )
         print(f"{'case':<20} {'tasks':>9} {'load s':>9} {'peak RSS MB':>12} {'added MB':>9}")
+        out: dict[str, Any] = {"rows": f"{args.rows:,}", "mb": f"{size_mb:,.0f}", "cases": {}}
         for case in CASES:
             result = subprocess.run(
                 [sys.executable, __file__, "--worker", str(path), case],
@@ -140,6 +140,13 @@ def main() -> None:
             added_mb = (figures["peak_kb"] - figures["baseline_kb"]) / 1024
             tasks, seconds = figures["tasks"], figures["seconds"]
             print(f"{case:<20} {tasks:>9,} {seconds:>9.3f} {peak_mb:>12.1f} {added_mb:>9.1f}")
+            out["cases"][case] = {
+                "tasks": tasks,
+                "secs": f"{seconds:.3f}",
+                "peak": f"{peak_mb:.1f}",
+                "added": f"{added_mb:.1f}",
+            }
+        write_json(args.json, out)
     finally:
         if args.keep is None:
             shutil.rmtree(directory, ignore_errors=True)

@@ -64,12 +64,14 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import add_json_flag, cpu_seconds, pct, rss_self, write_json  # noqa: E402
+
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset  # noqa: E402
 from verifiers_nemo._gym.config import merged_configs, server_instances  # noqa: E402
 from verifiers_nemo._gym.runtime import cache_dir, find_gym_runtime  # noqa: E402
 from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY  # noqa: E402
+from verifiers_nemo._stack.procs import http_ok as _http_ok  # noqa: E402
 from verifiers_nemo._stack.procs import kill_session, reserve_ports, rss_bytes, session_pids  # noqa: E402
-from verifiers_nemo._stack.stack import _http_ok  # noqa: E402
 
 MODEL = "bench-policy"
 HOST = "127.0.0.1"
@@ -216,31 +218,6 @@ def pooled(batches: list[Batch]) -> Batch:
     return total
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-def rss_self() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError):
-            continue
-    return total
-
-
 _KINDS = (
     ("/responses_api_models/", "policy server"),
     ("/responses_api_agents/", "Gym agent"),
@@ -273,7 +250,7 @@ class CpuMeter:
     def _read(self) -> Counter[str]:
         used: Counter[str] = Counter()
         for pid, kind in self.pids.items():
-            used[kind] += cpu_seconds([pid])
+            used[kind] += cpu_seconds(pid)
         return used
 
     def stop(self) -> dict[str, float]:
@@ -854,12 +831,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per side of each throughput row (pooled)")
     parser.add_argument("--factor", type=int, default=1, help="rollouts per point = max(min, factor x c)")
     parser.add_argument("--timeout", type=float, default=600.0, help="harness per-rollout timeout")
-    parser.add_argument("--json", type=Path, help="also write the figures here (for run_all.py)")
+    add_json_flag(parser)
     args = parser.parse_args()
     figures = asyncio.run(run(args))
     print_report(figures, args)
-    if args.json:
-        args.json.write_text(json.dumps(figures))
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

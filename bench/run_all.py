@@ -5,8 +5,8 @@
     .venv/bin/python bench/run_all.py --only throughput,proxy --all-envs
 
 Each benchmark runs as its own subprocess, one after the other, and its own tables are shown as they
-come; the figures are then read back from that output (``bench_throughput.py`` writes JSON) and
-printed together. Nothing here is a hard-coded figure: every number in the summary comes from this run.
+come; each writes its figures to a JSON file (``--json PATH``), read back here and printed together.
+Nothing here is a hard-coded figure: every number in the summary comes from this run.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _common import pct
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -69,8 +69,8 @@ STEPS = [
 EXTRA_ENVS = "example_single_tool_call,example_multi_step,example_session_state_mgmt"
 
 
-def run_step(step: Step, argv: list[str]) -> tuple[int, str, float]:
-    """Run one benchmark, echoing its output live; returns (exit code, stdout, seconds)."""
+def run_step(step: Step, argv: list[str]) -> tuple[int, float]:
+    """Run one benchmark, echoing its output live; returns (exit code, seconds)."""
     print(f"\n{'=' * 100}\n>>> {step.script} {' '.join(argv)}", flush=True)
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -82,60 +82,10 @@ def run_step(step: Step, argv: list[str]) -> tuple[int, str, float]:
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     assert proc.stdout is not None
-    lines = []
     for line in proc.stdout:
         print(line, end="", flush=True)
-        lines.append(line)
     code = proc.wait()
-    return code, "".join(lines), time.monotonic() - started
-
-
-# -- reading each benchmark's output -------------------------------------------------------------------
-
-_PROXY_ROW = re.compile(
-    r"^\s*(?P<label>\S.*?)\s+(?P<calls>\d+) \|\s+(?P<d50>[\d.]+)\s+(?P<d99>[\d.]+)\s+\d+ \|"
-    r"\s+(?P<p50>[\d.]+)\s+(?P<p99>[\d.]+)\s+\d+ \|\s+(?P<a50>-?[\d.]+)\s+(?P<a99>-?[\d.]+) \|"
-    r"\s+(?P<cpu>\d+) us"
-)
-_PROXY_MEM = re.compile(r"\+ (?P<n>\d+) open routes\s+[\d.]+\s+\(\+(?P<mb>[\d.]+)\)")
-_PROXY_CALLS_MEM = re.compile(r"\+ one recorded call per route\s+[\d.]+\s+\(\+(?P<mb>[\d.]+), (?P<n>\d+) calls\)")
-_STACK = re.compile(
-    r"^(?P<kind>cold|warm|own Ray|joined): GymStack (?P<ours>[\d.]+)s vs stock (?P<stock>[\d.]+)s", re.M
-)
-_PHASE = re.compile(r"^(?P<label>[a-zA-Z].{25})(?P<nums>(?:\s+[\d.]+)+)(?:\s+(?P<share>\d+)%)?$")
-_TASKSET = re.compile(
-    r"^(?P<case>full load|limit=100|shuffle, limit=100)\s+(?P<tasks>[\d,]+)\s+(?P<secs>[\d.]+)\s+"
-    r"(?P<peak>[\d.]+)\s+(?P<added>[\d.]+)",
-    re.M,
-)
-_TASKSET_HEAD = re.compile(r"^(?P<rows>[\d,]+) rows, (?P<mb>[\d,]+) MB", re.M)
-
-
-def parse_proxy(text: str) -> dict[str, Any]:
-    rows = {m["label"].strip(): m.groupdict() for line in text.splitlines() if (m := _PROXY_ROW.match(line))}
-    mem = _PROXY_MEM.search(text)
-    calls = _PROXY_CALLS_MEM.search(text)
-    return {"rows": rows, "routes_mb": mem["mb"] if mem else None, "calls_mb": calls["mb"] if calls else None}
-
-
-def parse_stack(text: str) -> dict[str, dict[str, float]]:
-    return {m["kind"]: {"ours": float(m["ours"]), "stock": float(m["stock"])} for m in _STACK.finditer(text)}
-
-
-def parse_start_profile(text: str) -> dict[str, tuple[float, float | None]]:
-    phases = {}
-    for line in text.splitlines():
-        m = _PHASE.match(line)
-        if m and not line.startswith("phase"):
-            nums = [float(x) for x in m["nums"].split()]
-            phases[m["label"].strip()] = (nums[-1], float(m["share"]) if m["share"] else None)
-    return phases
-
-
-def parse_taskset(text: str) -> dict[str, Any]:
-    head = _TASKSET_HEAD.search(text)
-    cases = {m["case"]: m.groupdict() for m in _TASKSET.finditer(text)}
-    return {"rows": head["rows"] if head else "?", "mb": head["mb"] if head else "?", "cases": cases}
+    return code, time.monotonic() - started
 
 
 # -- the summary ------------------------------------------------------------------------------------------
@@ -209,10 +159,10 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
                 h, d, s = lat["harness"], lat["direct_ours"], lat["direct_stock"]
                 t.section(f"latency per rollout at concurrency 1, {env} (ms, p50 / p99)")
                 t.add("harness.rollout() vs direct /run on our stack (floor)",
-                      f"{_pct(h, .5):.1f} / {_pct(h, .99):.1f}", f"{_pct(d, .5):.1f} / {_pct(d, .99):.1f}",
-                      f"+{_pct(h, .5) - _pct(d, .5):.1f} / +{_pct(h, .99) - _pct(d, .99):.1f}")  # fmt: skip
+                      f"{pct(h, .5):.1f} / {pct(h, .99):.1f}", f"{pct(d, .5):.1f} / {pct(d, .99):.1f}",
+                      f"+{pct(h, .5) - pct(d, .5):.1f} / +{pct(h, .99) - pct(d, .99):.1f}")  # fmt: skip
                 t.add("direct /run on the stock stack (via openai_model)", "",
-                      f"{_pct(s, .5):.1f} / {_pct(s, .99):.1f}")  # fmt: skip
+                      f"{pct(s, .5):.1f} / {pct(s, .99):.1f}")  # fmt: skip
             mem = out.get("memory")
             if mem:
                 idle = mem[0]
@@ -300,11 +250,6 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
     t.print()
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run, not figures to quote")
@@ -320,12 +265,6 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {[s.name for s in STEPS]}")
 
-    parsers: dict[str, Callable[[str], Any]] = {
-        "proxy": parse_proxy,
-        "stack": parse_stack,
-        "start_profile": parse_start_profile,
-        "taskset": parse_taskset,
-    }
     results: dict[str, Any] = {}
     durations: dict[str, float] = {}
     load_before = os.getloadavg()[0]
@@ -333,19 +272,15 @@ def main() -> None:
         for step in STEPS:
             if step.name not in wanted:
                 continue
-            argv = list(step.quick if args.quick else step.full)
             json_path = Path(tmp) / f"{step.name}.json"
-            if step.name == "throughput":
-                argv += ["--json", str(json_path)]
-                if args.all_envs:
-                    argv += ["--envs", EXTRA_ENVS]
-            code, text, durations[step.name] = run_step(step, argv)
+            argv = [*(step.quick if args.quick else step.full), "--json", str(json_path)]
+            if step.name == "throughput" and args.all_envs:
+                argv += ["--envs", EXTRA_ENVS]
+            code, durations[step.name] = run_step(step, argv)
             if code != 0:
                 results[step.name] = f"failed (exit {code}); see its output above"
-            elif step.name == "throughput":
-                results[step.name] = json.loads(json_path.read_text())
             else:
-                results[step.name] = parsers[step.name](text)
+                results[step.name] = json.loads(json_path.read_text())
     summarize(results, (load_before, os.getloadavg()[0]), durations)
     failed = [name for name, r in results.items() if isinstance(r, str)]
     if failed:
