@@ -357,3 +357,9 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("key", ["secrets", "proxy"])
+def test_env_args_cannot_carry_secrets_or_a_proxy(key: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"unknown environment arg '{key}'"):
+        check_env_args({key: ["sk-not-for-metadata"]})

@@ -56,7 +56,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def _env_row(env: Any) -> dict[str, Any]:
-    from .._upstreams.replay import unreproducible_reason
+    from .._upstreams import unreproducible_reason
 
     needs = [n for n, flag in (("judge", env.needs_judge), ("external", env.needs_external)) if flag]
     agent = env.default_agent

@@ -54,7 +54,7 @@ def _check_environment(settings: EvalSettings) -> None:
     """The Gym environment exists and can run this policy (else a refusal, before anything starts or is
     written)."""
     from .._gym.catalogue import get_environment
-    from .._upstreams.replay import unreproducible_reason
+    from .._upstreams import unreproducible_reason
 
     env = get_environment(settings.nemo_env)
     own_recordings = "jsonl_path" in settings.env_args
@@ -88,7 +88,7 @@ def _run_eval(
         resolve_api_key,
     )
     from .._exceptions import MissingRequirementsError
-    from .._upstreams.replay import unreproducible_reason
+    from .._upstreams import unreproducible_reason
 
     resuming = folder is not None
     previous: list[dict[str, Any]] = []

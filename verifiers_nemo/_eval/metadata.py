@@ -28,7 +28,7 @@ def run_metadata(
     sessions: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The ``metadata.json`` of a run: ``base`` (what was saved) updated with these records and sessions."""
-    from .._upstreams.replay import unreproducible_reason
+    from .._upstreams import unreproducible_reason
 
     now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     summary = summarize(

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._endpoint import register_api_key
 from .._exceptions import ConfigurationError
 from .results import Pair
 from .settings import EvalSettings, check_env_args
@@ -19,7 +18,7 @@ if TYPE_CHECKING:
     from .._environment import NeMoGymEnv
     from .._result import RolloutResult
     from .._tasks import Task
-    from .._upstreams.replay import ReplayUpstream
+    from .._upstreams import ReplayUpstream
 
 
 class RunObserver(Protocol):
@@ -82,12 +81,13 @@ class Evaluation:
                 num_examples=s.num_examples,
                 rollouts_per_example=s.rollouts_per_example,
                 timeout=s.timeout,
+                secrets=(self._api_key,) if self._api_key else (),
                 **args,
             )
         except TypeError as exc:  # an env arg of the wrong kind
             raise ConfigurationError(f"-a: {exc}") from None
         if s.policy == "replay":
-            from .._upstreams.replay import replay_tasks
+            from .._upstreams import replay_tasks
 
             self.tasks = replay_tasks(self.env.taskset)
             self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks}
@@ -100,8 +100,8 @@ class Evaluation:
     def use_api_key(self, api_key: str | None) -> None:
         """The endpoint's API key (call before ``start``: Gym processes must not inherit it)."""
         self._api_key = api_key
-        if api_key:
-            register_api_key(api_key)
+        if api_key and self.env is not None:
+            self.env.harness.add_secrets(api_key)
 
     def check(self) -> tuple[str, ...]:
         """Raise now what starting the stack would refuse (judge-scored environment, missing packages);
@@ -118,7 +118,7 @@ class Evaluation:
 
         s = self.settings
         if s.policy == "replay":
-            from .._upstreams.replay import ReplayUpstream
+            from .._upstreams import ReplayUpstream
 
             self._replay = ReplayUpstream.from_tasks(list(pending)).start()
             return self._replay.endpoint_for

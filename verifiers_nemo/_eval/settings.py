@@ -79,7 +79,7 @@ def env_arg_names() -> frozenset[str]:
 
     names = set(inspect.signature(load_environment).parameters)
     names |= set(inspect.signature(NeMoGymHarness.__init__).parameters)
-    names -= {"self", "harness_args"}
+    names -= {"self", "harness_args", "secrets", "proxy"}  # never from -a: saved in metadata.json, not JSON
     return frozenset(names - _OWNED_ARGS)
 
 
