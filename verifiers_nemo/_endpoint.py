@@ -9,20 +9,7 @@ from urllib.parse import urlsplit
 from ._exceptions import ConfigurationError
 
 ApiKind = Literal["responses", "chat"]
-
-_known_keys: set[str] = set()
 _NOT_SECRETS = frozenset({"", "EMPTY", "dummy", "none", "None"})
-
-
-def register_api_key(key: str) -> None:
-    """Mark ``key`` as a secret that Gym processes started from now on must never see."""
-    if key not in _NOT_SECRETS:
-        _known_keys.add(key)
-
-
-def known_api_keys() -> frozenset[str]:
-    """Every API key an ``Endpoint`` of this process holds: Gym processes must never see them."""
-    return frozenset(_known_keys)
 
 
 @dataclass(frozen=True)

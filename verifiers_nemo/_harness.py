@@ -23,17 +23,16 @@ from ._exceptions import (
     RolloutTimeout,
     UpstreamError,
 )
-from ._gym.config import POLICY_MODEL, merged_configs, server_instances
+from ._gym import POLICY_MODEL, merged_configs, server_instances
 from ._protocol import output_to_messages
 from ._result import (
-    ROUTE_METADATA_KEY,
     RolloutResult,
     extract_metrics,
     parse_reward,
     strip_route,
     sum_usage,
 )
-from ._routing import ProxyConfig, RoutingProxy, get_proxy
+from ._routing import ROUTE_METADATA_KEY, ProxyConfig, RoutingProxy, get_proxy
 from ._stack import GymStack, StackConfig, acquire_stack, release_stack
 from ._tasks import NeMoGymTaskset, Task
 from ._upstreams import Upstream
@@ -145,7 +144,7 @@ class NeMoGymHarness:
     def _resolve_config_paths(self) -> tuple[Path, ...]:
         if self._config_paths:
             return self._config_paths
-        from ._gym.catalogue import get_environment
+        from ._gym import get_environment
 
         env = get_environment(self.env_name, root=self._gym_root())
         if env.default_config is None:
@@ -153,7 +152,7 @@ class NeMoGymHarness:
         return (env.default_config.path,)
 
     def _gym_root(self) -> Path:
-        from ._gym.runtime import gym_root
+        from ._gym import gym_root
 
         return gym_root(self._gym_python)
 
@@ -166,7 +165,7 @@ class NeMoGymHarness:
         config_paths = self._resolve_config_paths()
         external = self._refuse_judges(config_paths)
         if not self._isolated_venvs:
-            from ._gym.runtime import find_gym_runtime
+            from ._gym import find_gym_runtime
             from ._stack import check_requirements
 
             instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
@@ -226,7 +225,7 @@ class NeMoGymHarness:
         """Refuse environments that score with a judge model: only policy calls are routed, and
         judge calls must never reach the policy's endpoint. (The rule lives in ``classify_config``.)
         Returns why the environment may need an external service."""
-        from ._gym.catalogue import classify_config
+        from ._gym import classify_config
 
         judges, external = classify_config(merged_configs(list(config_paths)), self._gym_root())
         if judges:

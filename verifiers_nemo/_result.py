@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._exceptions import InvalidResult, RolloutError
+from ._routing import ROUTE_METADATA_KEY
 
-ROUTE_METADATA_KEY = "verifiers_nemo_route"
 _NOT_METRICS = {"reward"}
 
 

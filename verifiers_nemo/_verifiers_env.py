@@ -83,8 +83,7 @@ def check_environment(nemo_env: str, gym_python: str | None) -> None:
     """Raise ``ValueError`` (what pydantic reports as a config error) naming the problem and the fix:
     no Gym runtime, an unknown environment (with close names), one that scores with a judge model."""
     from ._exceptions import VerifiersNemoError
-    from ._gym.catalogue import get_environment
-    from ._gym.runtime import gym_root
+    from ._gym import get_environment, gym_root
 
     try:
         env = get_environment(nemo_env, gym_root(gym_python))
@@ -144,7 +143,7 @@ class GymTaskset(vf.Taskset[GymTask, GymTasksetConfig]):
 
 
 def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
-    from ._gym.runtime import gym_root
+    from ._gym import gym_root
 
     root = None if config.jsonl_path is not None and not config.nemo_env else gym_root(config.gym_python)
     taskset = NeMoGymTaskset(

@@ -13,7 +13,7 @@ from .console import EXIT_FAILED, EXIT_OK, PROG, fail
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from .._gym.catalogue import list_environments
+    from .._gym import list_environments
 
     try:
         environments = list_environments()

@@ -53,7 +53,7 @@ def _prepare_settings(args: argparse.Namespace) -> tuple[EvalSettings, ResultsFo
 def _check_environment(settings: EvalSettings) -> None:
     """The Gym environment exists and can run this policy (else a refusal, before anything starts or is
     written)."""
-    from .._gym.catalogue import get_environment
+    from .._gym import get_environment
     from .._upstreams import unreproducible_reason
 
     env = get_environment(settings.nemo_env)

@@ -34,12 +34,11 @@ from .._endpoint import Endpoint
 from .._exceptions import ConfigurationError, UpstreamConversionError, UpstreamError, UpstreamInternalError
 from .._protocol import dumps, loads
 from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, Upstream
-from .config import ProxyConfig
+from .config import ROUTE_METADATA_KEY, ProxyConfig
 from .trace import PolicyCall
 
 logger = logging.getLogger(__name__)
 
-ROUTE_METADATA_KEY = "verifiers_nemo_route"
 """Key in ``responses_create_params.metadata`` that carries a route key (stripped before upstream)."""
 
 STATUS_UPSTREAM_FAILED = 424

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .._gym.runtime import cache_dir
+from .._gym import cache_dir
 from .procs import sweep_dead_owners
 
 KEEP_FAILED_LOGS = 10

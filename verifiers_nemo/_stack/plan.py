@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._exceptions import ConfigurationError
-from .._gym.config import POLICY_MODEL, ServerInstance, merged_configs, server_instances
+from .._gym import POLICY_MODEL, ServerInstance, merged_configs, server_instances
 from .config import HOST, StackConfig
 
 POLICY_IMPLEMENTATION = "verifiers_nemo_policy"

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .._gym.runtime import GymRuntime
+from .._gym import GymRuntime
 from .config import HOST
 from .logs import logs_dir
 from .procs import PortReservation, remove_path, reserve_ports, sweep_dead_owners

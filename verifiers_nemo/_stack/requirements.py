@@ -6,8 +6,7 @@ import json
 import subprocess
 
 from .._exceptions import MissingRequirementsError, StackStartError
-from .._gym.config import ServerInstance, requirements_beyond_nemo_gym
-from .._gym.runtime import GymRuntime
+from .._gym import GymRuntime, ServerInstance, requirements_beyond_nemo_gym
 
 _CHECK_REQUIREMENTS = r"""
 import json, sys, importlib.metadata as md

@@ -28,8 +28,7 @@ from pathlib import Path
 import yaml
 
 from .._exceptions import ConfigurationError, StackStartError
-from .._gym.config import ServerInstance
-from .._gym.runtime import GymRuntime, cache_dir, find_gym_runtime
+from .._gym import GymRuntime, ServerInstance, cache_dir, find_gym_runtime
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs

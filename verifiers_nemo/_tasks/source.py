@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._exceptions import ConfigurationError, TasksetError
-from .._gym.catalogue import EXAMPLE_ROLLOUTS, GymEnvironment
+from .._gym import EXAMPLE_ROLLOUTS, GymEnvironment
 
 
 def check_arguments(

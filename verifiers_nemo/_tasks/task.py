@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .._gym.catalogue import RESPONSES_API_AGENTS
+from .._gym import RESPONSES_API_AGENTS
 from .._protocol import to_chat_messages, to_chat_tools
 
 RESPONSES_CREATE_PARAMS = "responses_create_params"

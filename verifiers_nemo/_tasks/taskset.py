@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from .._gym.catalogue import GymEnvironment, get_environment
+from .._gym import GymEnvironment, get_environment
 from . import hf
 from .rows import OnError, RowStore, SkippedRows, read_rows
 from .source import check_arguments, resolve_source

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import TasksetError
-from .._gym.catalogue import GymEnvironment
+from .._gym import GymEnvironment
 from .task import AGENT_REF, RECORDED_OUTPUTS, RESPONSES_CREATE_PARAMS
 
 logger = logging.getLogger(__name__)

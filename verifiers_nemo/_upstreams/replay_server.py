@@ -18,7 +18,7 @@ from .replay import REPLAY_MODEL, ReplayUpstream, replay_tasks
 
 def replay_upstream(nemo_env: str | None, *, jsonl_path: str | Path | None = None, gym_python: str | None = None):
     """A (not yet started) replay server for the recorded rollouts of ``nemo_env`` (or a file)."""
-    from .._gym.runtime import gym_root
+    from .._gym import gym_root
 
     root = gym_root(gym_python) if nemo_env else None
     taskset = NeMoGymTaskset(nemo_env, jsonl_path=jsonl_path, recorded=True, root=root)
