@@ -35,15 +35,9 @@ class NeMoGymEnv:
             self._dataset = self.taskset.to_dataset()
         return self._dataset
 
-    async def rollout(
-        self,
-        task: Task,
-        endpoint: Endpoint,
-        sampling_args: dict[str, Any] | None = None,
-        timeout: float | None = None,
-    ) -> RolloutResult:
-        """One task, one rollout (see ``NeMoGymHarness.rollout``)."""
-        return await self.harness.rollout(task, endpoint, sampling_args, timeout)
+    async def rollout(self, task: Task, endpoint: Endpoint, *args: Any, **kwargs: Any) -> RolloutResult:
+        """One task, one rollout (``NeMoGymHarness.rollout``'s arguments)."""
+        return await self.harness.rollout(task, endpoint, *args, **kwargs)
 
     def run(
         self,

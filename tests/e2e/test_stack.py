@@ -15,8 +15,8 @@ import pytest
 
 from tests.e2e.conftest import env_config, wait_until
 from verifiers_nemo import ConfigurationError, MissingRequirementsError
-from verifiers_nemo._stack.procs import port_accepts, session_pids
 from verifiers_nemo._stack import GymStack, StackConfig
+from verifiers_nemo._stack.procs import port_accepts, session_pids
 
 pytestmark = pytest.mark.e2e
 UNUSED_POLICY = "http://127.0.0.1:9"  # nothing calls the policy in these tests

@@ -260,17 +260,7 @@ class RoutingProxy:
             )
         self.config = config
         self.host = config.host
-        self._requested_port = config.port
         self.retry = config.retry
-        self._connector_limit = config.connector_limit
-        self._connector_limit_per_host = config.connector_limit_per_host
-        self._keepalive_timeout = config.keepalive_timeout
-        self._max_request_bytes = config.max_request_bytes
-        self._tombstone_limit = config.tombstones
-        self._backlog = config.backlog
-        self._shutdown_grace = config.shutdown_grace
-        self._record_requests = config.record_requests
-        self._use_uvloop = config.use_uvloop
         overflow = config.context_overflow_as_incomplete
         self._upstreams: dict[str, Upstream] = {
             "responses": ResponsesUpstream(self.retry, context_overflow_as_incomplete=overflow),
@@ -325,7 +315,7 @@ class RoutingProxy:
             if self._port is not None:
                 return self
             _raise_open_file_limit()
-            loop = _new_event_loop(self._use_uvloop)
+            loop = _new_event_loop(self.config.use_uvloop)
             thread = threading.Thread(target=_run_loop, args=(loop,), name="verifiers-nemo-proxy", daemon=True)
             thread.start()
             self._loop, self._thread = loop, thread
@@ -372,25 +362,25 @@ class RoutingProxy:
     async def _startup(self) -> int:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                limit=self._connector_limit,
-                limit_per_host=self._connector_limit_per_host,
-                keepalive_timeout=self._keepalive_timeout,
+                limit=self.config.connector_limit,
+                limit_per_host=self.config.connector_limit_per_host,
+                keepalive_timeout=self.config.keepalive_timeout,
             ),
             timeout=aiohttp.ClientTimeout(total=None),
             cookie_jar=aiohttp.DummyCookieJar(),
         )
-        app = web.Application(client_max_size=self._max_request_bytes)
+        app = web.Application(client_max_size=self.config.max_request_bytes)
         app.router.add_post("/v1/responses", self._handle_responses)
         app.router.add_post("/responses", self._handle_responses)
         app.router.add_get("/", self._handle_health)
         app.router.add_get("/health", self._handle_health)
         app.router.add_get("/v1/models", self._handle_models)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown_path)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=self._shutdown_grace)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=self.config.shutdown_grace)
         await runner.setup()
         self._runner = runner
         try:
-            site = web.TCPSite(runner, self.host, self._requested_port, backlog=self._backlog)
+            site = web.TCPSite(runner, self.host, self.config.port, backlog=self.config.backlog)
             await site.start()
         except BaseException:
             await self._shutdown()
@@ -429,7 +419,7 @@ class RoutingProxy:
         if chosen is None:
             raise ConfigurationError(f"No upstream for endpoint api {endpoint.api!r}.")
         key = _KEY_PREFIX + secrets.token_urlsafe(24)
-        record = self._record_requests if record_requests is None else record_requests
+        record = self.config.record_requests if record_requests is None else record_requests
         route = Route(self, key, endpoint, chosen, sampling_args, on_call, record)
         with self._lock:
             self._routes[key] = route
@@ -445,7 +435,7 @@ class RoutingProxy:
             if self._routes.pop(route.key, None) is None:
                 return
             self._tombstones[route.key] = None
-            while len(self._tombstones) > self._tombstone_limit:
+            while len(self._tombstones) > self.config.tombstones:
                 del self._tombstones[next(iter(self._tombstones))]
 
     def _lookup(self, body: dict[str, Any]) -> tuple[Route | None, web.Response | None]:
