@@ -63,6 +63,8 @@ DEFAULT_MAX_STEPS = 100
 # ng_collect_rollouts; without a cap, thousands of connects at once overflow the agent's listen queue
 # (uvicorn's backlog is 2,048) and the kernel drops them.
 AGENT_CONNECTIONS = 1024
+# How long a request in flight when its stack died may take to fail by itself (see _post_run).
+DEATH_GRACE_S = 2.0
 _STEP_BOUNDED_AGENTS = frozenset({"simple_agent"})  # agents whose config has max_steps
 
 
@@ -430,6 +432,11 @@ class NeMoGymHarness:
         request = asyncio.ensure_future(session.post(url, json=body))
         try:
             await asyncio.wait({request, death}, return_when=asyncio.FIRST_COMPLETED)
+            if not request.done():
+                # Deaths are seen from process exit within milliseconds, often before this request
+                # fails. A request to a dead process fails at once (the kernel closed its sockets):
+                # wait for that, so a /run that never reached the agent is resubmitted after the restart.
+                await asyncio.wait({request}, timeout=DEATH_GRACE_S)
             if not request.done():
                 raise GymServerDown(f"the Gym stack died during the rollout: {death.result()}")
             try:
