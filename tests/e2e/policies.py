@@ -58,33 +58,22 @@ def response(body: dict[str, Any], output: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-class PolicyServer:
-    """An aiohttp Responses server on 127.0.0.1 (runs on the test's event loop)."""
+class LocalServer:
+    """An aiohttp server on 127.0.0.1 (a free port) on the test's event loop; subclasses add routes."""
 
-    def __init__(self, handler: Handler, name: str = "policy") -> None:
-        self.handler = handler
-        self.name = name
-        self.calls = 0
-        self.authorizations: set[str] = set()
-        self._runner: web.AppRunner | None = None
-        self.port = 0
+    port = 0
+    _runner: web.AppRunner | None = None
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    async def _respond(self, request: web.Request) -> web.StreamResponse:
-        self.calls += 1
-        self.authorizations.add(request.headers.get("Authorization", ""))
-        body = await request.json()
-        answer = await self.handler(body, request)
-        if isinstance(answer, web.StreamResponse):
-            return answer
-        return web.json_response(response(body, answer))
+    def add_routes(self, app: web.Application) -> None:
+        raise NotImplementedError
 
-    async def __aenter__(self) -> PolicyServer:
+    async def __aenter__(self) -> Any:
         app = web.Application()
-        app.router.add_post("/v1/responses", self._respond)
+        self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -95,6 +84,28 @@ class PolicyServer:
     async def __aexit__(self, *exc: object) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+class PolicyServer(LocalServer):
+    """An aiohttp Responses server on 127.0.0.1 (runs on the test's event loop)."""
+
+    def __init__(self, handler: Handler, name: str = "policy") -> None:
+        self.handler = handler
+        self.name = name
+        self.calls = 0
+        self.authorizations: set[str] = set()
+
+    async def _respond(self, request: web.Request) -> web.StreamResponse:
+        self.calls += 1
+        self.authorizations.add(request.headers.get("Authorization", ""))
+        body = await request.json()
+        answer = await self.handler(body, request)
+        if isinstance(answer, web.StreamResponse):
+            return answer
+        return web.json_response(response(body, answer))
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/responses", self._respond)
 
 
 def user_text(body: dict[str, Any]) -> str:
@@ -151,7 +162,7 @@ def _texts(content: Any) -> str:
     return content or ""
 
 
-class DualApiPolicy:
+class DualApiPolicy(LocalServer):
     """A local server answering ``/v1/responses`` and ``/v1/chat/completions`` with ``decide``'s
     choice, a function of the conversation, so any number of concurrent rollouts can share it.
 
@@ -161,12 +172,6 @@ class DualApiPolicy:
     def __init__(self, decide: Callable[[str, str, list[str]], Decision] = synonym_policy) -> None:
         self.decide = decide
         self.calls: list[dict[str, Any]] = []
-        self._runner: web.AppRunner | None = None
-        self.port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     def _record(self, api: str, request: web.Request, user: str) -> None:
         self.calls.append({"api": api, "authorization": request.headers.get("Authorization", ""), "user": user})
@@ -227,18 +232,7 @@ class DualApiPolicy:
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
-    async def __aenter__(self) -> DualApiPolicy:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()

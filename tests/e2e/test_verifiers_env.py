@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.policies import DualApiPolicy
+from tests.e2e.policies import DualApiPolicy, LocalServer
 from verifiers_nemo._tasks import NeMoGymTaskset
 from verifiers_nemo._upstreams.replay import replay_tasks
 
@@ -86,6 +86,17 @@ async def vf_eval(
     code, output = await _run(argv, tmp_path, extra_env)
     episodes = [json.loads(line) for path in out_dir.glob("*/traces.jsonl") for line in path.open()]
     return code, output, episodes
+
+
+async def our_eval(python: Path, tmp_path: Path, base_url: str, api: str, out: Path, *args: str) -> tuple[int, str]:
+    """Run our own `verifiers-nemo eval example_multi_step` from ``python``'s venv against ``base_url``."""
+    argv = [str(python.parent / "verifiers-nemo"), "eval", "example_multi_step", "-b", base_url, "-m", "m"]
+    argv += ["-k", "POLICY_KEY", "--api", api, "-o", str(out), *args]
+    return await _run(argv, tmp_path)
+
+
+def _results(out: Path) -> list[dict]:
+    return [json.loads(line) for path in out.rglob("results.jsonl") for line in path.open()]
 
 
 def _traces(episodes: list[dict]) -> list[dict]:
@@ -173,36 +184,15 @@ async def test_vf_eval_matches_our_cli_and_records_every_call(vf_python: Path, t
         vf_calls = list(policy.calls)
 
         ours_dir = tmp_path / "ours"
-        code, ours_output = await _run(
-            [
-                str(Path(sys.executable).parent / "verifiers-nemo"),
-                "eval",
-                "example_multi_step",
-                "-b",
-                policy.base_url,
-                "-m",
-                "m",
-                "-k",
-                "POLICY_KEY",
-                "--api",
-                api,
-                "-n",
-                "5",
-                "-r",
-                "2",
-                "-c",
-                "8",
-                "-o",
-                str(ours_dir),
-            ],
-            tmp_path,
+        code, ours_output = await our_eval(
+            Path(sys.executable), tmp_path, policy.base_url, api, ours_dir, "-n", "5", "-r", "2", "-c", "8"
         )
         assert code == 0, ours_output[-3000:]
 
     traces = _traces(episodes)
     assert len(traces) == 10
     assert all(t["ok"] for t in traces), [t["errors"] for t in traces if not t["ok"]]
-    ours = [json.loads(line) for path in ours_dir.rglob("results.jsonl") for line in path.open()]
+    ours = _results(ours_dir)
     assert len(ours) == 10 and all(r["error"] is None for r in ours)
 
     def by_example(rows: list[tuple[str, float, dict[str, float]]]) -> dict[str, set]:
@@ -338,28 +328,9 @@ async def test_our_cli_runs_under_the_newest_openai(tmp_path: Path) -> None:
     probe = await _run([str(LATEST_PYTHON), "-c", "import openai; print(openai.__version__)"], tmp_path)
     assert probe[0] == 0 and int(probe[1].split(".")[0]) >= 3, probe
     async with DualApiPolicy() as policy:
-        code, output = await _run(
-            [
-                str(LATEST_PYTHON.parent / "verifiers-nemo"),
-                "eval",
-                "example_multi_step",
-                "-b",
-                policy.base_url,
-                "-m",
-                "m",
-                "-k",
-                "POLICY_KEY",
-                "--api",
-                api,
-                "-n",
-                "5",
-                "-o",
-                str(tmp_path / "out"),
-            ],
-            tmp_path,
-        )
+        code, output = await our_eval(LATEST_PYTHON, tmp_path, policy.base_url, api, tmp_path / "out", "-n", "5")
     assert code == 0, output[-3000:]
-    rows = [json.loads(line) for path in (tmp_path / "out").rglob("results.jsonl") for line in path.open()]
+    rows = _results(tmp_path / "out")
     assert len(rows) == 5 and all(r["error"] is None for r in rows), [r["error"] for r in rows]
     assert sorted(r["reward"] for r in rows) == [0.0, 0.0, 0.0, 0.0, 1.0]
 
@@ -396,27 +367,19 @@ async def test_vf_eval_failed_rollout_is_a_harness_error_never_a_reward_of_zero(
 ) -> None:
     from aiohttp import web
 
-    async def refuse(request: web.Request) -> web.Response:
-        return web.json_response({"error": {"message": "model 'm' does not exist"}}, status=404)
+    class RefusingModel(LocalServer):
+        """Answers every Responses call 404: the model is not served."""
 
-    app = web.Application()
-    app.router.add_post("/v1/responses", refuse)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
+        async def refuse(self, request: web.Request) -> web.Response:
+            return web.json_response({"error": {"message": "model 'm' does not exist"}}, status=404)
+
+        def add_routes(self, app: web.Application) -> None:
+            app.router.add_post("/v1/responses", self.refuse)
+
+    async with RefusingModel() as model:
         _code, output, episodes = await vf_eval(
-            vf_python,
-            tmp_path,
-            f"http://127.0.0.1:{runner.addresses[0][1]}/v1",
-            "--env.taskset.nemo-env",
-            "example_single_tool_call",
-            "-n",
-            "2",
+            vf_python, tmp_path, model.base_url, "--env.taskset.nemo-env", "example_single_tool_call", "-n", "2"
         )
-    finally:
-        await runner.cleanup()
     traces = _traces(episodes)
     assert len(traces) == 2, output[-3000:]
     for trace in traces:
