@@ -405,9 +405,9 @@ class NeMoGymHarness:
     ) -> dict[str, Any]:
         """POST the row to the agent's ``/run`` on a new route.
 
-        When the agent is gone (it died and the monitor has not noticed yet: the connection is refused or
-        dropped), the stack is probed at once; if it is dead it is restarted and the row resubmitted once,
-        on a fresh route, so the result's trace is that of one attempt only."""
+        When the agent does not answer (the connection is refused or dropped), the stack is checked
+        (``_died``); if it is dead it is restarted and the row resubmitted once, on a fresh route, so the
+        result's trace is that of one attempt only."""
         for attempt in range(2):
             stack = await self._running_stack()
             generation = stack.generation
@@ -421,10 +421,22 @@ class NeMoGymHarness:
                 return await self._post_run(url, _row_for_route(row, route.key, gym_args), stack, generation)
             except _NotDelivered as exc:
                 route.close()
-                alive = await asyncio.to_thread(stack.probe_now, generation)
-                if attempt == 1 or alive:
+                if attempt == 1 or not await self._died(stack, generation):
                     raise GymServerDown(f"the Gym agent at {url} is unreachable: {exc}") from None
         raise AssertionError("unreachable")
+
+    @staticmethod
+    async def _died(stack: GymStack, generation: int) -> bool:
+        """Whether ``generation`` died, for a caller whose request the agent did not answer.
+
+        The monitor sees a process exit within milliseconds, but the client can see the broken
+        connection first (the kernel resets a dead process's sockets as it exits): wait up to
+        ``DEATH_GRACE_S`` for the monitor's verdict, then probe the servers ourselves."""
+        death = stack.death_future(generation)  # shared by every rollout of the generation: never cancelled
+        await asyncio.wait({death}, timeout=DEATH_GRACE_S)
+        if death.done():
+            return True
+        return not await asyncio.to_thread(stack.probe_now, generation)
 
     async def _post_run(self, url: str, body: dict[str, Any], stack: GymStack, generation: int) -> dict[str, Any]:
         session = self._session()

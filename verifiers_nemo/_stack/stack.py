@@ -78,6 +78,8 @@ class Launch:
     started_at: float
     ports: PortReservation | None = None
     ready_seconds: float = 0.0
+    ready: bool = False
+    """Every server answered: until then no rollout is sent to it and no probe marks it dead."""
     stopped: bool = False
 
     @property
@@ -194,7 +196,8 @@ class GymStack:
 
     @property
     def running(self) -> bool:
-        return self._launch is not None and not self._launch.stopped and not self._deaths.is_over()
+        launch = self._launch
+        return launch is not None and launch.ready and not launch.stopped and not self._deaths.is_over()
 
     @property
     def dead_reason(self) -> str | None:
@@ -248,6 +251,8 @@ class GymStack:
         a newer generation (already restarted, maybe still starting) is never probed or marked by it."""
         launch = self._launch
         if launch is None or launch.stopped or self._deaths.is_over() or launch.generation != generation:
+            return False
+        if not launch.ready:  # a generation still starting is not probed (its ports may not listen yet)
             return False
         if launch.supervisor.poll() is not None:
             self._mark_dead(launch, "the Gym launcher (ng_run) exited")
@@ -384,6 +389,7 @@ class GymStack:
                 )
             time.sleep(0.1)
         launch.ready_seconds = time.monotonic() - launch.started_at
+        launch.ready = True
 
     def _stop_locked(self, keep_logs: bool = False) -> None:
         """Stop the launch; its run folder goes, its logs stay only when ``keep_logs`` or it died."""

@@ -1,0 +1,104 @@
+"""How a rollout whose /run the agent did not answer decides that the stack died (and so resubmits once
+after the restart) — with fakes for the stack; the real SIGKILL case is tests/faults/test_stack_faults.py."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from verifiers_nemo import _harness
+from verifiers_nemo._gym.config import ServerInstance
+from verifiers_nemo._harness import NeMoGymHarness
+from verifiers_nemo._stack import GymStack, Launch, StackConfig
+from verifiers_nemo._stack.deaths import Deaths
+
+CONFIG = """\
+tiny_agent:
+  responses_api_agents:
+    simple_agent:
+      entrypoint: app.py
+"""
+
+
+class FakeStack:
+    """A stack whose monitor reports a death after ``dies_after`` seconds (never if None) and whose own
+    probe answers ``probe_alive``."""
+
+    def __init__(self, *, dies_after: float | None, probe_alive: bool) -> None:
+        self.deaths = Deaths()
+        self.deaths.begin(1)
+        self.dies_after, self.probe_alive, self.probes = dies_after, probe_alive, 0
+
+    def death_future(self, generation: int) -> asyncio.Future[str]:
+        future = self.deaths.future(generation)
+        if self.dies_after is not None:
+            asyncio.get_running_loop().call_later(self.dies_after, self.deaths.die, generation, "agent exited")
+        return future
+
+    def probe_now(self, generation: int) -> bool:
+        self.probes += 1
+        return self.probe_alive
+
+
+async def test_the_monitors_verdict_wins_over_a_probe_that_still_sees_the_dying_agent() -> None:
+    stack = FakeStack(dies_after=0.05, probe_alive=True)
+    assert await NeMoGymHarness._died(stack, 1)  # type: ignore[arg-type]
+    assert stack.probes == 0
+
+
+async def test_a_live_stack_that_dropped_a_request_is_not_called_dead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_harness, "DEATH_GRACE_S", 0.1)
+    stack = FakeStack(dies_after=None, probe_alive=True)
+    started = time.monotonic()
+    assert not await NeMoGymHarness._died(stack, 1)  # type: ignore[arg-type]
+    assert stack.probes == 1 and time.monotonic() - started >= 0.1
+
+
+async def test_a_probe_finding_a_server_gone_calls_the_stack_dead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_harness, "DEATH_GRACE_S", 0.1)
+    assert await NeMoGymHarness._died(FakeStack(dies_after=None, probe_alive=False), 1)  # type: ignore[arg-type]
+
+
+class _Alive:
+    pid = 0
+
+    def poll(self) -> None:
+        return None
+
+
+def _unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _starting_stack(tmp_path: Path) -> tuple[GymStack, Launch]:
+    (tmp_path / "tiny.yaml").write_text(CONFIG)
+    stack = GymStack(StackConfig("tiny", (tmp_path / "tiny.yaml",), "http://127.0.0.1:4321"))
+    instance = ServerInstance("tiny_agent", "responses_api_agents", "simple_agent", {})
+    launch = Launch(
+        generation=1,
+        supervisor=_Alive(),  # type: ignore[arg-type]
+        run_dir=tmp_path / "run",
+        log_path=tmp_path / "run" / "ng_run.log",
+        head_port=_unused_port(),
+        servers={"tiny_agent": (instance, _unused_port())},  # nothing listens there yet
+        started_at=time.monotonic(),
+    )
+    stack._launch, stack._generation = launch, 1  # what start() has done before waiting for readiness
+    stack._deaths.begin(1)
+    return stack, launch
+
+
+def test_a_generation_still_starting_is_not_handed_out_nor_probed_dead(tmp_path: Path) -> None:
+    stack, launch = _starting_stack(tmp_path)
+    assert not stack.running  # a rollout asking now waits for start() instead of posting to a closed port
+    assert not stack.probe_now(1) and not stack.is_dead(1)  # a probe does not kill the start
+    launch.ready = True
+    assert stack.running
+    assert not stack.probe_now(1) and stack.is_dead(1)  # ready, yet its agent refuses: dead
+    assert "refused connections" in (stack.dead_reason or "")
