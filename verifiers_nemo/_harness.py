@@ -24,6 +24,7 @@ from ._exceptions import (
     UpstreamError,
 )
 from ._gym import POLICY_MODEL, merged_configs, server_instances
+from ._judge import NO_POLICY_YET, NO_POLICY_YET_UPSTREAM, JudgeEndpoints
 from ._protocol import output_to_messages
 from ._result import (
     RolloutResult,
@@ -32,7 +33,7 @@ from ._result import (
     strip_route,
     sum_usage,
 )
-from ._routing import ROUTE_METADATA_KEY, ProxyConfig, RoutingProxy, get_proxy
+from ._routing import ROUTE_METADATA_KEY, PolicyCall, ProxyConfig, RoutingProxy, get_proxy
 from ._stack import GymStack, StackConfig, acquire_stack, release_stack
 from ._tasks import NeMoGymTaskset, Task
 from ._upstreams import Upstream
@@ -95,6 +96,14 @@ class NeMoGymHarness:
     processes must never see in their environment; the API keys of the endpoints this harness is given
     before its stack starts are added to them. ``agent_urls`` sends the ``/run`` of the named Gym agents
     to another address (e.g. a Gym agent you run yourself, or a recorder in front of the stack's).
+
+    ``judge`` is where the environment's judge calls go (its resources server calling a model while
+    scoring): one ``Endpoint`` for every judge name of the environment, or a mapping from judge name (as
+    the Gym config names it: ``judge_model``, ``genrm_model``, ``policy_model``...) to ``Endpoint``, with
+    ``"*"`` for the rest. Judge calls reach the judge through a port of the routing proxy of their own,
+    never the policy's route, and the judge's key never reaches a Gym process. An environment whose
+    judge is ``policy_model`` and that is given no judge sends its judge calls to the policy endpoint of
+    the latest rollout. ``judge_calls()`` returns the judge calls recorded since it was last called.
     """
 
     def __init__(
@@ -114,6 +123,7 @@ class NeMoGymHarness:
         proxy: RoutingProxy | ProxyConfig | None = None,
         secrets: Iterable[str] = (),
         agent_urls: Mapping[str, str] | None = None,
+        judge: Endpoint | Mapping[str, Endpoint] | None = None,
     ) -> None:
         if taskset is not None and nemo_env is None:
             nemo_env = taskset.env_name
@@ -134,6 +144,10 @@ class NeMoGymHarness:
         self._owns_proxy = isinstance(proxy, ProxyConfig)
         self._secrets = {s for s in secrets if s}
         self._agent_urls = {name: url.rstrip("/") for name, url in (agent_urls or {}).items()}
+        self._judges = JudgeEndpoints.of(judge)
+        self._secrets |= self._judges.secrets()
+        self._judge_routes: dict[str, Any] = {}
+        self._policy_judge: Any = None
         self._proxy: RoutingProxy | None = None
         self._stack: GymStack | None = None
         self._lock = threading.Lock()
@@ -165,7 +179,7 @@ class NeMoGymHarness:
         Returns why the environment may need an external service (a download, a credential...), for the
         caller to show; ``start()`` then does not log it again."""
         config_paths = self._resolve_config_paths()
-        external = self._refuse_judges(config_paths)
+        external = self._check_judges(config_paths)
         if not self._isolated_venvs:
             from ._gym import find_gym_runtime
             from ._stack import check_requirements
@@ -182,7 +196,7 @@ class NeMoGymHarness:
                 raise ConfigurationError("This NeMoGymHarness is closed.")
             if self._stack is None:
                 config_paths = self._resolve_config_paths()
-                external = self._refuse_judges(config_paths)  # before the proxy or anything else starts
+                external = self._check_judges(config_paths)  # before the proxy or anything else starts
                 if not self._external_reported:
                     self._external_reported = True
                     for reason in external:
@@ -190,9 +204,11 @@ class NeMoGymHarness:
             if self._proxy is None:
                 self._proxy = self._make_proxy()
             if self._stack is None:
+                launched_paths, placeholders = self._route_judges(config_paths)
                 config = StackConfig(
                     name=self.env_name,
-                    config_paths=config_paths,
+                    config_paths=launched_paths,
+                    model_placeholders=placeholders,
                     policy_url=self._proxy.url,
                     overrides=(*self._step_bound_overrides(config_paths), *self._extra_overrides),
                     gym_python=self._gym_python,
@@ -223,20 +239,69 @@ class NeMoGymHarness:
         if self._stack is None and endpoint.secret_key is not None:
             self._secrets.add(endpoint.secret_key)
 
-    def _refuse_judges(self, config_paths: tuple[Path, ...]) -> tuple[str, ...]:
-        """Refuse environments that score with a judge model: only policy calls are routed, and
-        judge calls must never reach the policy's endpoint. (The rule lives in ``classify_config``.)
-        Returns why the environment may need an external service."""
+    def _check_judges(self, config_paths: tuple[Path, ...]) -> tuple[str, ...]:
+        """Refuse, before anything starts, an environment whose judge this harness was not given (a
+        ``policy_model`` judge defaults to the policy) or that calls a judge URL itself. (The rule lives in
+        ``classify_config``.) Returns why the environment may need an external service."""
         from ._gym import classify_config
 
         judges, external = classify_config(merged_configs(list(config_paths)), self._gym_root())
-        if judges:
+        direct = [j for j in judges if j.startswith("${")]
+        if direct:
             raise ConfigurationError(
-                f"Gym environment {self.env_name} scores with a judge model ({', '.join(judges)}). "
-                "This harness routes only policy_model calls and will not send judge calls to the "
-                "policy's endpoint. Pick an environment without a judge (`verifiers-nemo envs --runnable`)."
+                f"Gym environment {self.env_name} calls its judge at {', '.join(direct)} itself (not through "
+                "a Gym model server), so its calls cannot be routed; it is not supported."
+            )
+        missing = [j for j in judges if j != POLICY_MODEL and self._judges.for_name(j) is None]
+        if missing:
+            raise ConfigurationError(
+                f"Gym environment {self.env_name} scores with a judge model ({', '.join(missing)}) and no "
+                "judge endpoint was given. Pass --judge-base-url URL --judge-model MODEL "
+                "[--judge-api-key-var VAR] (CLI), or judge=Endpoint(...) (Python); a mapping "
+                "{name: Endpoint} (CLI: --judge NAME=URL,MODEL) gives each judge name its own."
             )
         return tuple(external)
+
+    def _route_judges(self, config_paths: tuple[Path, ...]) -> tuple[tuple[Path, ...], tuple[tuple[str, str], ...]]:
+        """Open a judge route on the proxy for each judge name and rewrite the configs to call them:
+        ``(configs to launch, (placeholder, URL) pairs)``."""
+        from ._gym import cache_dir
+        from ._gym.judges import plan_judges
+
+        plan = plan_judges(config_paths, cache_dir() / "judge-configs")
+        placeholders = []
+        for target in plan.targets:
+            endpoint = self._judges.for_name(target)
+            if endpoint is None:  # a policy_model judge with no judge given: it follows the policy
+                route = self.proxy.open_judge_route(NO_POLICY_YET, upstream=NO_POLICY_YET_UPSTREAM)
+                self._policy_judge = route
+            else:
+                route = self.proxy.open_judge_route(endpoint)
+            self._judge_routes[target] = route
+            placeholders.append((plan.placeholders[target], route.url))
+        if plan.targets:
+            logger.info(
+                "Gym environment %s: judge calls go to %s",
+                self.env_name,
+                ", ".join(f"{t} → {self.judge_label(t)}" for t in plan.targets),
+            )
+        return plan.config_paths, tuple(placeholders)
+
+    def judge_label(self, name: str) -> str:
+        """Where the judge ``name``'s calls go, in words (for summaries)."""
+        endpoint = self._judges.for_name(name)
+        if endpoint is not None:
+            return endpoint.label
+        return "the policy endpoint (no judge given)" if name == POLICY_MODEL else "nowhere (no judge given)"
+
+    @property
+    def judge_names(self) -> tuple[str, ...]:
+        """The judge names of the running stack's environment (empty before start or without judges)."""
+        return tuple(self._judge_routes)
+
+    def judge_calls(self) -> dict[str, list[PolicyCall]]:
+        """Judge calls recorded since the last call of this method, by judge name (taken, not copied)."""
+        return {name: route.take_calls() for name, route in self._judge_routes.items()}
 
     def _step_bound_overrides(self, config_paths: tuple[Path, ...]) -> list[str]:
         """Bound the steps of simple agents that set no bound (nemo-gym's default is unbounded)."""
@@ -272,6 +337,9 @@ class NeMoGymHarness:
             stack, proxy = self._stack, self._proxy
             self._stack = self._proxy = None
             sessions, self._sessions = self._sessions, {}
+            judge_routes, self._judge_routes = self._judge_routes, {}
+        for judge_route in judge_routes.values():
+            judge_route.close()
         for loop, session in sessions.items():
             if session.closed or loop.is_closed():
                 continue
@@ -357,6 +425,8 @@ class NeMoGymHarness:
         except RolloutError as exc:
             result.error = exc
             return result
+        if self._policy_judge is not None and self._policy_judge.endpoint is not endpoint:
+            self._policy_judge.retarget(endpoint, upstream)
         gym_args, extra_args = split_sampling_args(sampling_args)
         routes: list[Any] = []  # one route per attempt: a retry never shares a trace with a dead attempt
 

@@ -22,6 +22,7 @@ import ipaddress
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +35,7 @@ from .._endpoint import Endpoint
 from .._exceptions import ConfigurationError, UpstreamConversionError, UpstreamError, UpstreamInternalError
 from .._protocol import dumps, loads
 from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, Upstream
+from .._upstreams.http import post_chat
 from .config import ROUTE_METADATA_KEY, ProxyConfig
 from .trace import PolicyCall
 
@@ -89,6 +91,9 @@ class Route:
         self.endpoint = endpoint
         self.upstream = upstream
         self.on_call = on_call
+        self.port: int | None = None
+        """A judge route's own port on the proxy (see ``RoutingProxy.open_judge_route``), else None."""
+        self._sampling_args = sampling_args
         self._defaults = {
             **_flatten_sampling_args(endpoint.sampling_args),
             **_flatten_sampling_args(sampling_args),
@@ -122,6 +127,29 @@ class Route:
     def error(self) -> UpstreamError | None:
         """The first upstream failure of this route (after retries), if any."""
         return self._error
+
+    @property
+    def url(self) -> str:
+        """A judge route's address, ``http://127.0.0.1:<port>`` (what its Gym placeholder names)."""
+        if self.port is None:
+            raise RuntimeError("only a judge route has an address of its own")
+        return f"http://{self._proxy.host}:{self.port}"
+
+    def retarget(self, endpoint: Endpoint, upstream: Upstream | None = None) -> None:
+        """Send later calls to ``endpoint`` (through ``upstream``, else the proxy's for its api); for a
+        judge route that follows the policy's endpoint."""
+        chosen = upstream if upstream is not None else self._proxy._upstreams.get(endpoint.api)
+        if chosen is None:
+            raise ConfigurationError(f"No upstream for endpoint api {endpoint.api!r}.")
+        defaults = {**_flatten_sampling_args(endpoint.sampling_args), **_flatten_sampling_args(self._sampling_args)}
+        with self._lock:
+            self.endpoint, self.upstream, self._defaults = endpoint, chosen, defaults
+
+    def take_calls(self) -> list[PolicyCall]:
+        """The calls recorded so far, removed from the route (a long-lived judge route's are taken per run)."""
+        with self._lock:
+            calls, self._calls = self._calls, []
+            return calls
 
     @property
     def closed(self) -> bool:
@@ -276,6 +304,7 @@ class RoutingProxy:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self._port: int | None = None
+        self._judge_sites: dict[int, tuple[web.TCPSite, Route]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -372,6 +401,7 @@ class RoutingProxy:
         app = web.Application(client_max_size=self.config.max_request_bytes)
         app.router.add_post("/v1/responses", self._handle_responses)
         app.router.add_post("/responses", self._handle_responses)
+        app.router.add_post("/v1/chat/completions", self._handle_judge_chat)
         app.router.add_get("/", self._handle_health)
         app.router.add_get("/health", self._handle_health)
         app.router.add_get("/v1/models", self._handle_models)
@@ -388,6 +418,7 @@ class RoutingProxy:
         return int(runner.addresses[0][1])
 
     async def _shutdown(self) -> None:
+        self._judge_sites.clear()  # their sites are the runner's: cleaned up with it
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -425,12 +456,60 @@ class RoutingProxy:
             self._routes[key] = route
         return route
 
+    def open_judge_route(
+        self,
+        endpoint: Endpoint,
+        *,
+        upstream: Upstream | None = None,
+        record_requests: bool | None = None,
+        timeout: float = 30.0,
+    ) -> Route:
+        """Open a route with a port of its own: every ``POST /v1/responses`` on that port goes to
+        ``endpoint`` (a judge's calls carry no route key; the port is what tells them apart). Closing the
+        route closes the port. Like every port of the proxy it is bound on loopback only."""
+        self._refuse_on_own_thread("open_judge_route")
+        route = self.open_route(endpoint, upstream=upstream, record_requests=record_requests)
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("RoutingProxy is not running; call start() first.")
+        try:
+            route.port = asyncio.run_coroutine_threadsafe(self._add_judge_site(route), loop).result(timeout)
+        except BaseException:
+            route.close()
+            raise
+        return route
+
+    async def _add_judge_site(self, route: Route) -> int:
+        assert self._runner is not None
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, 0))
+            site = web.SockSite(self._runner, sock, backlog=self.config.backlog)
+            await site.start()
+        except BaseException:
+            sock.close()
+            raise
+        port = int(sock.getsockname()[1])
+        self._judge_sites[port] = (site, route)
+        return port
+
+    async def _remove_judge_site(self, port: int) -> None:
+        entry = self._judge_sites.pop(port, None)
+        if entry is not None:
+            await entry[0].stop()
+
     @property
     def open_routes(self) -> int:
         """How many routes are open."""
         return len(self._routes)
 
     def _forget(self, route: Route) -> None:
+        loop = self._loop
+        if route.port is not None and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                asyncio.run_coroutine_threadsafe(self._remove_judge_site(route.port), loop)
         with self._lock:
             if self._routes.pop(route.key, None) is None:
                 return
@@ -485,7 +564,13 @@ class RoutingProxy:
             return _error_response(400, "invalid_request", "The request body is not valid JSON.")
         if not isinstance(body, dict):
             return _error_response(400, "invalid_request", "The request body must be a JSON object.")
-        route, refusal = self._lookup(body)
+        judge = self._judge_sites.get(_local_port(request)) if self._judge_sites else None
+        if judge is not None:
+            route, refusal = judge[1], None
+            if route.closed:
+                route, refusal = None, _error_response(410, "route_closed", "This judge route is closed.")
+        else:
+            route, refusal = self._lookup(body)
         if route is None:
             assert refusal is not None
             logger.debug("refused a policy call: HTTP %d", refusal.status)
@@ -499,6 +584,54 @@ class RoutingProxy:
             )
         forwarded = route._body_for_upstream(body)
         return await self._forward(route, forwarded)
+
+    async def _handle_judge_chat(self, request: web.Request) -> web.Response:
+        """A judge that asks in Chat Completions (e.g. simpleqa's ``use_chat_completions_for_judge``): passed
+        through to the judge endpoint's ``/chat/completions`` as it is (model and key replaced), recorded."""
+        judge = self._judge_sites.get(_local_port(request)) if self._judge_sites else None
+        if judge is None:
+            return await self._handle_unknown_path(request)
+        route = judge[1]
+        try:
+            body = loads(await request.read())
+        except ValueError:
+            return _error_response(400, "invalid_request", "The request body is not valid JSON.")
+        if not isinstance(body, dict) or body.get("stream"):
+            return _error_response(400, "invalid_request", "Expected a non-streaming Chat Completions request.")
+        endpoint = route.endpoint
+        sent = {**route._defaults, **body, **endpoint.extra_body, "model": endpoint.model}
+        started_at, t0 = time.time(), time.perf_counter()
+        index = route._begin(asyncio.current_task())  # type: ignore[arg-type]
+        if index is None:
+            return _error_response(410, "route_closed", "This judge route is closed.")
+        try:
+            status, raw, attempts = await post_chat(self._session, endpoint, sent, self.retry)  # type: ignore[arg-type]
+        except UpstreamError as exc:
+            return self._fail(route, sent, exc, index, started_at, time.perf_counter() - t0)
+        finally:
+            route._end(asyncio.current_task())  # type: ignore[arg-type]
+        usage = None
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            chat_usage = loads(raw).get("usage") or {}
+            usage = {
+                "input_tokens": chat_usage.get("prompt_tokens") or 0,
+                "output_tokens": chat_usage.get("completion_tokens") or 0,
+                "total_tokens": chat_usage.get("total_tokens") or 0,
+            }
+        route._record(
+            PolicyCall(
+                index=index,
+                request_json=route._request_json(sent, None),
+                response_json=raw if status < 400 else None,
+                status=status,
+                latency_s=time.perf_counter() - t0,
+                attempts=attempts,
+                started_at=started_at,
+                upstream_status=status,
+                usage=usage,
+            )
+        )
+        return web.Response(status=status, body=raw, content_type=_JSON)
 
     async def _forward(self, route: Route, body: dict[str, Any]) -> web.Response:
         session = self._session
@@ -576,6 +709,11 @@ class RoutingProxy:
         return _error_response(
             status, error.type, error.message, kind=kind, upstream_status=upstream_status, attempts=attempts
         )
+
+
+def _local_port(request: web.Request) -> int | None:
+    sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    return int(sockname[1]) if sockname else None
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

@@ -22,6 +22,9 @@ class StackConfig:
     """Where the agents' ``policy_model`` calls go: the routing proxy, ``http://127.0.0.1:PORT``."""
     overrides: tuple[str, ...] = ()
     """Extra ``ng_run`` overrides (``++key=value``)."""
+    model_placeholders: tuple[tuple[str, str], ...] = ()
+    """``(instance name, URL)`` of model servers the configs refer to that are addresses of ours (the
+    routing proxy's judge ports): each gets a placeholder entry there, like ``policy_model``."""
     gym_python: str | None = None
     isolated_venvs: bool = False
     """Let nemo-gym build its own venv (from PyPI) for servers whose requirements the runtime lacks."""

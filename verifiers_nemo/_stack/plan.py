@@ -32,7 +32,7 @@ def stack_servers(config: StackConfig) -> list[ServerInstance]:
             f"Gym config {', '.join(map(str, config.config_paths))} defines no Gym agent "
             "(a responses_api_agents entry); pass an environment config."
         )
-    names = {i.name for i in instances} | {POLICY_MODEL}
+    names = {i.name for i in instances} | {POLICY_MODEL} | {name for name, _ in config.model_placeholders}
     for instance in instances:
         for server_type, ref in instance.references():
             if ref not in names:
@@ -44,16 +44,18 @@ def stack_servers(config: StackConfig) -> list[ServerInstance]:
     return instances
 
 
-def policy_model_config(policy_url: str) -> dict[str, Any]:
-    """The Gym config entry of ``policy_model``: the placeholder server at the proxy's host and port."""
-    policy = urlsplit(policy_url)
-    return {
-        POLICY_MODEL: {
+def policy_model_config(policy_url: str, placeholders: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """The Gym config entries of ``policy_model`` and of ``placeholders`` (judges): placeholder servers
+    whose host and port are the routing proxy's."""
+    entries = {}
+    for name, url in ((POLICY_MODEL, policy_url), *placeholders):
+        address = urlsplit(url)
+        entries[name] = {
             "responses_api_models": {
-                POLICY_IMPLEMENTATION: {"entrypoint": "app.py", "host": policy.hostname, "port": policy.port}
+                POLICY_IMPLEMENTATION: {"entrypoint": "app.py", "host": address.hostname, "port": address.port}
             }
         }
-    }
+    return entries
 
 
 def ng_run_argv(

@@ -322,7 +322,9 @@ class GymStack:
         shutil.copy(GYM_SIDE / "policy_server.py", policy_dir / "app.py")
         (policy_dir / "requirements.txt").write_text("# served by verifiers_nemo's routing proxy\n")
         policy_yaml = run_dir / "policy_model.yaml"
-        policy_yaml.write_text(yaml.safe_dump(policy_model_config(self.config.policy_url)))
+        policy_yaml.write_text(
+            yaml.safe_dump(policy_model_config(self.config.policy_url, self.config.model_placeholders))
+        )
         reservation = reserve_ports(1 + len(self._instances))
         head_port, *ports = reservation.ports
         servers = {i.name: (i, port) for i, port in zip(self._instances, ports, strict=True)}

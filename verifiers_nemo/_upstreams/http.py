@@ -128,6 +128,17 @@ async def post_json(
         await asyncio.sleep(delay)
 
 
+async def post_chat(
+    session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any], retry: RetryPolicy
+) -> tuple[int, bytes, int]:
+    """POST a Chat Completions body as it is to ``endpoint`` (bounded retries): ``(status, body, attempts)``."""
+    url = f"{endpoint.base_url}/chat/completions"
+    result = await post_json(
+        session, url, dumps(body), _headers(endpoint), retry, secret=endpoint.api_key, request=body
+    )
+    return result.status, result.body, result.attempts
+
+
 def _is_context_overflow(result: _HttpResult) -> bool:
     if result.status != 400:
         return False
