@@ -38,6 +38,9 @@ class Task:
     """``path:line`` the row was read from."""
     recorded: bool = False
     """The row is a recorded rollout (it carries the model's ``response`` and the ``reward``)."""
+    recorded_row: dict[str, Any] | None = None
+    """For replay, when ``row`` was rebuilt from the dataset: the recorded rollout as written (its
+    verify outputs, judge calls included)."""
 
     def __hash__(self) -> int:  # the row is a dict; equal tasks share these fields
         return hash((self.source, self.task_index, self.rollout_index, self.example_id))

@@ -10,6 +10,9 @@ A step is the recorded output items from where the agent is (the outputs it alre
 up to the next ``function_call_output`` (which the agent produces itself by calling the tool).
 Each route's endpoint names its recorded row in a header; without it, the row is found by the
 request's original input and the outputs so far.
+
+Judge calls (``judge_endpoint``: the same server under ``/judge/NAME/v1``) are answered from the
+judge I/O the recordings carry (``replay_judge``), matched on what the judge is asked.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
 from .._endpoint import Endpoint
+from .replay_judge import JUDGE_PATH, JudgeBook, chat_completion_object, input_key, judge_calls, responses_object
 
 logger = logging.getLogger(__name__)
 
@@ -53,10 +58,44 @@ KNOWN_UNREPRODUCIBLE: dict[str, str] = {
 }
 """Recordings that cannot reproduce their reward from the packaged data, and why."""
 
+_NO_JUDGE_IO = "its recordings keep no judge I/O ({what}), so the judge calls cannot be answered"
+_OLD_JUDGE_PROMPT = (
+    "its recorded judge requests were built from an older judge prompt than the shipped one, so no "
+    "replayed judge request matches a recording"
+)
+JUDGE_UNREPRODUCIBLE: dict[str, str] = {
+    # Measured on nemo-gym 0.4.0 over every environment whose default config needs a judge and ships
+    # recordings: each recorded row's /verify run with its judge calls answered by judge_endpoint().
+    "arena_judge": (
+        "its recordings keep the two judgements only as texts (judgement_gen_base, judgement_base_gen), "
+        "whose prompts differ only in the order of the two answers, so they are not matched"
+    ),
+    "finance_sec_search": _NO_JUDGE_IO.format(what="only the judge's text, and not its retrieval model's calls"),
+    "gdpval": _NO_JUDGE_IO.format(what="judge_response is null"),
+    "omniscience": (
+        "its recordings are of tasks that are not in any shipped dataset file, and the recorded rows "
+        "carry verify outputs (verdict, is_correct, ...) that its /verify rejects when sent back"
+    ),
+    "proof_judge": _NO_JUDGE_IO.format(what="only the response and reward"),
+    "proof_verification": _NO_JUDGE_IO.format(what="only the response and reward"),
+    "terminus_judge": _OLD_JUDGE_PROMPT,
+    "text_to_sql": _OLD_JUDGE_PROMPT,
+    "verifif": _NO_JUDGE_IO.format(what="only each validator's verdict; its judge is called by its own client"),
+    "simpleqa#3": (
+        "the recorded judge text ('After reviewing ..., the grade is B.') reads as grade A to the shipped "
+        "parser (it takes the first letter), so the replayed reward is 1, not the recorded 0"
+    ),
+    "simpleqa#4": "the recorded judge text reads as grade A to the shipped parser (see simpleqa#3)",
+}
+"""Judge environments whose recordings cannot reproduce their reward with the judge replayed, and why."""
+
 
 def unreproducible_reason(env: str, row: int | None = None) -> str | None:
     """Why ``env`` (or one recorded row of it) cannot be replayed, if it is known not to."""
-    return KNOWN_UNREPRODUCIBLE.get(env) or (KNOWN_UNREPRODUCIBLE.get(f"{env}#{row}") if row is not None else None)
+    keys = [env] if row is None else [env, f"{env}#{row}"]
+    return next(
+        (known[key] for key in keys for known in (KNOWN_UNREPRODUCIBLE, JUDGE_UNREPRODUCIBLE) if key in known), None
+    )
 
 
 REPLAY_MODEL = "replay"
@@ -107,16 +146,6 @@ class Recording:
         return self.output[done:end], end == len(self.output)
 
 
-def _input_key(value: Any) -> str:
-    """An input, canonical: recordings add ``type: message`` and explicit nulls the dataset lacks."""
-    items = []
-    for item in _as_items(value):
-        if isinstance(item, dict):
-            item = {k: v for k, v in item.items() if v is not None and not (k == "type" and v == "message")}
-        items.append(item)
-    return _canonical(items)
-
-
 def _dataset_rows_by_input(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for path in paths:
@@ -126,7 +155,7 @@ def _dataset_rows_by_input(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
                     continue
                 try:
                     row = json.loads(line)
-                    key = _input_key(row["responses_create_params"]["input"])
+                    key = input_key(row["responses_create_params"]["input"])
                 except (ValueError, KeyError, TypeError):
                     continue
                 rows.setdefault(key, row)
@@ -146,7 +175,7 @@ def replay_tasks(taskset: Any) -> list[Any]:
     originals = _dataset_rows_by_input(paths)
     tasks = []
     for task in taskset:
-        original = originals.get(_input_key(task.row["responses_create_params"].get("input")))
+        original = originals.get(input_key(task.row["responses_create_params"].get("input")))
         if original is None:
             tasks.append(task)
             continue
@@ -155,15 +184,16 @@ def replay_tasks(taskset: Any) -> list[Any]:
         for key in ("response", "reward", "agent_ref"):
             if key in task.row:
                 row[key] = task.row[key]
-        tasks.append(dataclasses.replace(task, row=row))
+        tasks.append(dataclasses.replace(task, row=row, recorded_row=task.row))
     return tasks
 
 
 class ReplayUpstream:
     """A Responses-API server on 127.0.0.1 serving recorded outputs; its own thread and loop."""
 
-    def __init__(self, recordings: list[Recording]) -> None:
+    def __init__(self, recordings: list[Recording], judge: JudgeBook | None = None) -> None:
         self.recordings = recordings
+        self.judge = judge or JudgeBook(())
         self._by_input: dict[str, list[int]] = {}
         for index, recording in enumerate(recordings):
             self._by_input.setdefault(_canonical(recording.input), []).append(index)
@@ -172,15 +202,19 @@ class ReplayUpstream:
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self.requests = 0
+        self.judge_requests = 0
         self._row_of_task: dict[int, int] = {}
 
     @classmethod
     def from_tasks(cls, tasks: list[Any]) -> ReplayUpstream:
-        """From recorded tasks (``NeMoGymTaskset(recorded=True)``); one recording per task index."""
+        """From recorded tasks (``NeMoGymTaskset(recorded=True)``); one recording per task index,
+        with the judge calls each recorded."""
         recordings: dict[int, Recording] = {}
+        calls = []
         for task in tasks:
             if task.task_index in recordings:
                 continue
+            calls.extend(judge_calls(task.recorded_row or task.row))
             response = task.recorded_response or {}
             recordings[task.task_index] = Recording(
                 input=_as_items(task.row["responses_create_params"].get("input")),
@@ -188,7 +222,7 @@ class ReplayUpstream:
                 incomplete_details=response.get("incomplete_details"),
             )
         ordered = sorted(recordings)
-        replay = cls([recordings[i] for i in ordered])
+        replay = cls([recordings[i] for i in ordered], JudgeBook(calls))
         replay._row_of_task = {task_index: row for row, task_index in enumerate(ordered)}
         return replay
 
@@ -201,6 +235,19 @@ class ReplayUpstream:
             api="responses",
             extra_headers={ROW_HEADER: str(index)},
             name=f"replay#{index}",
+        )
+
+    def judge_endpoint(self, name: str = "judge") -> Endpoint:
+        """The endpoint that answers judge calls from the recorded judge I/O (``name`` labels it).
+
+        It reaches this server under ``/judge/NAME/v1``, apart from policy calls; a judge request no
+        recording has is refused with 404 ``replay_unknown_judge_input``.
+        """
+        return Endpoint(
+            base_url=self.url + JUDGE_PATH.format(name=quote(name, safe="")),
+            model=REPLAY_MODEL,
+            api="responses",
+            name=f"replay-judge:{name}",
         )
 
     @property
@@ -264,6 +311,30 @@ class ReplayUpstream:
             }
         )
 
+    def _judge_answer(self, request: web.Request, items: Any) -> tuple[str, dict[str, Any] | None] | web.Response:
+        self.judge_requests += 1
+        call = self.judge.find(items)
+        if call is None:
+            name = request.match_info["name"]
+            message = f"judge request (judge {name!r}) that no recording has: no recorded judge call was asked this"
+            return web.json_response({"error": {"message": message, "type": "replay_unknown_judge_input"}}, status=404)
+        return call.text, call.response
+
+    async def _judge_responses(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        answer = self._judge_answer(request, body.get("input"))
+        if isinstance(answer, web.Response):
+            return answer
+        text, response = answer
+        return web.json_response(response or responses_object(text, body.get("model") or REPLAY_MODEL))
+
+    async def _judge_chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        answer = self._judge_answer(request, body.get("messages"))
+        if isinstance(answer, web.Response):
+            return answer
+        return web.json_response(chat_completion_object(answer[0], body.get("model") or REPLAY_MODEL))
+
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": REPLAY_MODEL, "object": "model"}]})
 
@@ -286,6 +357,10 @@ class ReplayUpstream:
                 app = web.Application(client_max_size=256 * 1024 * 1024)
                 app.router.add_post("/v1/responses", self._responses)
                 app.router.add_get("/v1/models", self._models)
+                judge = JUDGE_PATH.format(name="{name}")
+                app.router.add_post(f"{judge}/responses", self._judge_responses)
+                app.router.add_post(f"{judge}/chat/completions", self._judge_chat)
+                app.router.add_get(f"{judge}/models", self._models)
                 app.router.add_get("/", self._health)
                 self._runner = web.AppRunner(app, access_log=None)
                 loop.run_until_complete(self._runner.setup())
