@@ -287,6 +287,19 @@ class NeMoGymHarness:
             )
         return plan.config_paths, tuple(placeholders)
 
+    def set_judge(self, judge: Endpoint | Mapping[str, Endpoint] | None) -> None:
+        """Replace ``judge=`` (see the class docs); only before the stack starts."""
+        with self._lock:
+            if self._stack is not None:
+                raise ConfigurationError("set_judge() must come before the harness starts.")
+            self._judges = JudgeEndpoints.of(judge)
+            self._secrets |= self._judges.secrets()
+
+    @property
+    def has_judge(self) -> bool:
+        """Whether a judge endpoint was given."""
+        return bool(self._judges)
+
     def judge_label(self, name: str) -> str:
         """Where the judge ``name``'s calls go, in words (for summaries)."""
         endpoint = self._judges.for_name(name)

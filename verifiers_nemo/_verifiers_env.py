@@ -81,20 +81,15 @@ class GymTasksetConfig(vf.TasksetConfig):
 
 def check_environment(nemo_env: str, gym_python: str | None) -> None:
     """Raise ``ValueError`` (what pydantic reports as a config error) naming the problem and the fix:
-    no Gym runtime, an unknown environment (with close names), one that scores with a judge model."""
+    no Gym runtime, an unknown environment (with close names). (A judge is the harness's config: checked
+    when the env starts, see ``GymEnv.start``.)"""
     from ._exceptions import VerifiersNemoError
     from ._gym import get_environment, gym_root
 
     try:
-        env = get_environment(nemo_env, gym_root(gym_python))
+        get_environment(nemo_env, gym_root(gym_python))
     except VerifiersNemoError as exc:
         raise ValueError(str(exc)) from None
-    if env.needs_judge:
-        raise ValueError(
-            f"NeMo Gym environment {nemo_env!r} scores with a judge model ({', '.join(env.judge_models)}); "
-            "judge endpoints are not supported yet, so its rollouts would fail. Pick one without a judge: "
-            "`verifiers-nemo envs --runnable`."
-        )
 
 
 class GymTaskData(vf.TaskData):
@@ -206,6 +201,24 @@ class GymHarnessConfig(vf.HarnessConfig):
     """Model calls per rollout for Gym agents that set no bound (``--env.agent.max-turns`` wins)."""
     isolated_venvs: bool = False
     """Give each Gym server its own venv with its requirements (slow first start)."""
+    judge_base_url: str | None = None
+    """OpenAI-compatible base URL of the judge model, for environments that score with one."""
+    judge_model: str | None = None
+    judge_api_key_var: str | None = None
+    """NAME of the environment variable holding the judge's API key (default ``OPENAI_API_KEY``)."""
+    judge_api: Literal["responses", "chat"] = "responses"
+
+    def judge_endpoint(self) -> Endpoint | None:
+        """The judge as an ``Endpoint`` (its key read now), or None when none is configured."""
+        import os
+
+        if not self.judge_base_url and not self.judge_model:
+            return None
+        if not (self.judge_base_url and self.judge_model):
+            raise ConfigurationError("judge-base-url and judge-model go together (the judge's URL and model).")
+        key = os.environ.get(self.judge_api_key_var or "OPENAI_API_KEY") or "EMPTY"
+        url = self.judge_base_url.rstrip("/")
+        return Endpoint(base_url=url, model=self.judge_model, api_key=key, api=self.judge_api)
 
 
 class GymHarness(vf.Harness[GymHarnessConfig]):
@@ -311,15 +324,42 @@ class GymEnv(vf.Env[GymEnvConfig]):
             # verifiers' interception refuses calls past max_turns, so the Gym agent would never
             # reach /verify: bound Gym's own steps instead.
             config = config.model_copy(update={"max_steps": max_turns})
-        self._gym = await _shared_harness(
-            taskset.config.nemo_env or None, config, gym_python=taskset.config.gym_python, start=True
-        )
+        _refuse_policy_judge_without_judge(taskset.config.nemo_env, taskset.config.gym_python, config)
+        try:
+            self._gym = await _shared_harness(
+                taskset.config.nemo_env or None, config, gym_python=taskset.config.gym_python, start=True
+            )
+        except ConfigurationError as exc:
+            if "judge" not in str(exc):
+                raise
+            raise ConfigurationError(f"{exc} With verifiers: {_JUDGE_FLAGS}.") from None
 
     async def stop(self) -> None:
         gym = getattr(self, "_gym", None)
         if gym is not None:
             self._gym = None
             await _release_harness(gym)
+
+
+_JUDGE_FLAGS = (
+    "--env.agent.harness.judge-base-url URL --env.agent.harness.judge-model MODEL "
+    "[--env.agent.harness.judge-api-key-var VAR] [--env.agent.harness.judge-api chat]"
+)
+
+
+def _refuse_policy_judge_without_judge(nemo_env: str, gym_python: str | None, config: GymHarnessConfig) -> None:
+    """An env whose judge is the policy needs a judge of its own here: its calls would otherwise go through
+    verifiers' interception and be recorded as turns of the rollout (the same server may serve both)."""
+    from ._gym import POLICY_MODEL, get_environment, gym_root
+
+    if not nemo_env or config.judge_base_url:
+        return
+    if POLICY_MODEL in get_environment(nemo_env, gym_root(gym_python)).judge_models:
+        raise ConfigurationError(
+            f"NeMo Gym environment {nemo_env!r} is judged by the policy model; under verifiers its judge "
+            "calls would be recorded as turns of the rollout. Name the judge (it may be the policy's own "
+            f"server): {_JUDGE_FLAGS}."
+        )
 
 
 class _ToVerifiersLog(logging.Handler):
@@ -358,6 +398,7 @@ async def _shared_harness(
                 isolated_venvs=config.isolated_venvs,
                 max_steps=config.max_steps,
                 timeout=config.timeout,
+                judge=config.judge_endpoint(),
             )
             entry = (harness, 0)
         harness, refs = entry

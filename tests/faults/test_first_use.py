@@ -146,14 +146,14 @@ async def test_base_url_without_v1_is_refused_before_the_stack_starts(tmp_path: 
     assert list(run.cwd.iterdir()) == [] and not run.cache.exists()
 
 
-# -- row 3: a judge-scored environment, refused before anything starts (CLI and API) -----------------
+# -- row 3: a judge-scored environment given no judge, refused before anything starts (CLI and API) ----
 
 
 async def test_judge_scored_environment_is_refused_before_anything_starts(tmp_path: Path) -> None:
     run = await _cli(tmp_path, "judge", "aalcr", "-s")
 
     message = _one_clear_error(run, 2)
-    assert "Gym environment aalcr scores with a judge model" in message and "envs --runnable" in message
+    assert "Gym environment aalcr scores with a judge model" in message and "--judge-base-url" in message
     assert "Starting the Gym stack" not in run.err and "Evaluating" not in run.err
     await _nothing_left(run)
     assert list(run.cwd.iterdir()) == [] and not run.cache.exists()  # no empty run folder either

@@ -94,8 +94,8 @@ def test_an_errored_result_has_no_reward_and_serialises_its_error() -> None:
     assert not result.ok
 
 
-def test_environment_scored_by_a_judge_model_is_refused_before_anything_starts() -> None:
+def test_environment_scored_by_a_judge_model_given_no_judge_is_refused_before_anything_starts() -> None:
     harness = NeMoGymHarness("aalcr")
-    with pytest.raises(ConfigurationError, match=r"judge model .*will not send judge calls to the policy"):
+    with pytest.raises(ConfigurationError, match=r"judge model .*no judge endpoint was given. Pass --judge-base-url"):
         harness.start()
-    assert harness._stack is None
+    assert harness._stack is None and harness._proxy is None

@@ -300,6 +300,8 @@ async def _execute(
         rollouts=timing.rollouts,
         rollouts_s=timing.rollouts_s,
     )
+    if evaluation.judges:
+        session["judges"] = evaluation.judges
     metadata = run_metadata(metadata, settings, folder, len(evaluation.expected_pairs), records, sessions)
     missing = metadata["counts"]["missing"]
     received = interrupt.first_signal

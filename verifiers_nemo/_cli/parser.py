@@ -137,6 +137,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="who answers the policy calls (default: endpoint with -b, else replay)",
     )
 
+    judge = ev.add_argument_group(
+        "judge model (for environments that score with one; `verifiers-nemo envs` shows which)"
+    )
+    judge.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible base URL of the judge")
+    judge.add_argument("--judge-model", metavar="MODEL", help="the judge's model name")
+    judge.add_argument(
+        "--judge-api-key-var",
+        metavar="VAR",
+        help="NAME of the environment variable holding the judge's API key (default OPENAI_API_KEY)",
+    )
+    judge.add_argument(
+        "--judge-api", choices=("responses", "chat"), help="protocol the judge speaks (default responses)"
+    )
+    judge.add_argument(
+        "--judge",
+        action="append",
+        metavar="NAME=URL,MODEL",
+        help="a judge for one judge name of the env's config (e.g. genrm_model=http://127.0.0.1:8001/v1,"
+        "Qwen/Qwen3-8B); repeatable; --judge-base-url/--judge-model serve the names not given here. "
+        "Without any judge, replay answers judge calls from the recordings and a judge that is the "
+        "policy (policy_model) is the policy endpoint",
+    )
+
     run = ev.add_argument_group("what to run")
     run.add_argument(
         "-n",

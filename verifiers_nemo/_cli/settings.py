@@ -89,7 +89,33 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
         timeout=args.timeout or DEFAULTS["timeout"],
         pass_threshold=DEFAULTS["pass_threshold"] if args.pass_threshold is None else args.pass_threshold,
         save_trace=bool(args.save_trace),
+        judges=judge_settings(args),
     )
+
+
+def judge_settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """The judges the flags name: ``--judge-base-url``/``--judge-model`` as ``*``, each ``--judge NAME=URL,MODEL``."""
+    api = getattr(args, "judge_api", None) or "responses"
+    key_var = getattr(args, "judge_api_key_var", None)
+    judges: dict[str, dict[str, Any]] = {}
+    base_url, model = getattr(args, "judge_base_url", None), getattr(args, "judge_model", None)
+    if base_url or model:
+        if not (base_url and model):
+            raise ConfigurationError("--judge-base-url and --judge-model go together (the judge's URL and model).")
+        judges["*"] = {"base_url": base_url, "model": model, "api": api, "api_key_var": key_var}
+    for spec in getattr(args, "judge", None) or []:
+        name, _, rest = spec.partition("=")
+        url, _, model = rest.rpartition(",")
+        if not name.strip() or not url.strip() or not model.strip():
+            raise ConfigurationError(
+                f"--judge {spec!r}: expected NAME=URL,MODEL, e.g. --judge genrm_model=http://127.0.0.1:8001/v1,Qwen/Qwen3-8B"
+            )
+        judges[name.strip()] = {"base_url": url.strip(), "model": model.strip(), "api": api, "api_key_var": key_var}
+    if not judges and (key_var or getattr(args, "judge_api", None)):
+        raise ConfigurationError(
+            "--judge-api-key-var and --judge-api need a judge: --judge-base-url URL --judge-model M."
+        )
+    return judges
 
 
 def resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSettings:
@@ -127,6 +153,9 @@ def resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSetti
     if saved.policy == "replay" and args.base_url:
         raise ConfigurationError("the resumed run replays recorded rollouts; drop -b.")
     changes = {k: v for k, v in given.items() if k not in RUN_DEFINING}
+    judges = judge_settings(args)
+    if judges:  # a resumed run keeps its judges unless given again
+        changes["judges"] = judges
     return replace(saved, **changes)
 
 

@@ -39,6 +39,9 @@ def run_metadata(
     agreement = replay_agreement(records, known=lambda row: unreproducible_reason(settings.nemo_env, row))
     if agreement is not None:
         summary["replay"] = agreement
+    judges = _judges_over(sessions)
+    if judges:
+        summary["judges"] = judges
     return {
         "run_id": folder.run_id if folder else None,
         "path": str(folder.path) if folder else None,
@@ -53,6 +56,18 @@ def run_metadata(
         "sessions": sessions,
         "summary": summary,
     }
+
+
+def _judges_over(sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Judge calls summed over the sessions, by judge name (the latest session's target)."""
+    total: dict[str, dict[str, Any]] = {}
+    for session in sessions:
+        for name, entry in (session.get("judges") or {}).items():
+            into = total.setdefault(name, {"target": entry.get("target"), "calls": 0, "failed": 0})
+            into["target"] = entry.get("target") or into["target"]
+            for key in ("calls", "failed", "input_tokens", "output_tokens"):
+                into[key] = into.get(key, 0) + (entry.get(key) or 0)
+    return total
 
 
 def versions() -> dict[str, str | None]:

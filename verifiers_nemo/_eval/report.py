@@ -54,6 +54,14 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
     row("Errors", ", ".join(f"{k}: {v}" for k, v in errors.items()) if errors else "none")
     for kind, message in s.get("error_examples", {}).items():
         row("", f"{kind}, e.g.: {message}")
+    for name, judge in (s.get("judges") or {}).items():
+        row(
+            "Judge",
+            f"{name} → {judge['target']}",
+            f"{judge['calls']} calls",
+            f"{judge['failed']} failed",
+            f"tokens in {judge.get('input_tokens', 0):,} out {judge.get('output_tokens', 0):,} (not in Tokens)",
+        )
     usage = s["usage"]
     token_keys = ("input_tokens", "output_tokens", "total_tokens", "cached_tokens", "reasoning_tokens")
     if usage:

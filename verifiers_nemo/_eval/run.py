@@ -61,6 +61,8 @@ class Evaluation:
         self.timing = SessionTiming()
         self.recorded_rewards: dict[int, Any] = {}
         """Replay: each task's recorded reward, which its rollouts must reproduce."""
+        self.judges: dict[str, dict[str, Any]] = {}
+        """Judge name → where its calls went, how many, failed, tokens (this session)."""
 
     def load(self) -> list[Task]:
         """Build the environment's taskset and harness (raises ConfigurationError on bad input)."""
@@ -82,6 +84,7 @@ class Evaluation:
                 rollouts_per_example=s.rollouts_per_example,
                 timeout=s.timeout,
                 secrets=(self._api_key,) if self._api_key else (),
+                judge=self._judge_endpoints() or None,
                 **args,
             )
         except TypeError as exc:  # an env arg of the wrong kind
@@ -97,6 +100,39 @@ class Evaluation:
             raise ConfigurationError(f"{s.nemo_env}: the dataset has no tasks.")
         return self.tasks
 
+    def _judge_endpoints(self) -> dict[str, Endpoint]:
+        """The judges of the settings as endpoints (keys read from their variables now)."""
+        from .._endpoint import Endpoint
+        from .preflight import check_base_url, resolve_api_key
+
+        endpoints = {}
+        for name, judge in self.settings.judges.items():
+            url = check_base_url(judge["base_url"])
+            key = resolve_api_key(judge.get("api_key_var"))
+            endpoints[name] = Endpoint(
+                base_url=url,
+                model=judge["model"],
+                api_key=key.value or "EMPTY",
+                api=judge.get("api") or "responses",
+                name=f"{judge['model']} @ {url}",
+            )
+        return endpoints
+
+    def _count_judge_calls(self) -> None:
+        assert self.env is not None
+        harness = self.env.harness
+        for name, calls in harness.judge_calls().items():
+            entry = self.judges.setdefault(
+                name,
+                {"target": harness.judge_label(name), "calls": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0},
+            )
+            entry["calls"] += len(calls)
+            entry["failed"] += sum(1 for c in calls if c.error is not None or c.status >= 400)
+            for call in calls:
+                usage = call.usage or {}
+                entry["input_tokens"] += usage.get("input_tokens") or 0
+                entry["output_tokens"] += usage.get("output_tokens") or 0
+
     def use_api_key(self, api_key: str | None) -> None:
         """The endpoint's API key (call before ``start``: Gym processes must not inherit it)."""
         self._api_key = api_key
@@ -104,10 +140,24 @@ class Evaluation:
             self.env.harness.add_secrets(api_key)
 
     def check(self) -> tuple[str, ...]:
-        """Raise now what starting the stack would refuse (judge-scored environment, missing packages);
-        starts nothing. Returns why the environment may need an external service."""
+        """Raise now what starting the stack would refuse (a judge-scored environment given no judge,
+        missing packages); starts no Gym process. Returns why the environment may need an external service.
+
+        Replay with no judge given: the replay server (started here) answers judge calls from the
+        recorded judge I/O too."""
         assert self.env is not None, "load() first"
+        if self.settings.policy == "replay" and not self.env.harness.has_judge:
+            from .._judge import ANY_JUDGE
+
+            self.env.harness.set_judge({ANY_JUDGE: self._replay_server(self.tasks).judge_endpoint()})
         return self.env.harness.check()
+
+    def _replay_server(self, tasks: Sequence[Task]) -> ReplayUpstream:
+        if self._replay is None:
+            from .._upstreams import ReplayUpstream
+
+            self._replay = ReplayUpstream.from_tasks(list(tasks)).start()
+        return self._replay
 
     @property
     def expected_pairs(self) -> list[Pair]:
@@ -118,10 +168,7 @@ class Evaluation:
 
         s = self.settings
         if s.policy == "replay":
-            from .._upstreams import ReplayUpstream
-
-            self._replay = ReplayUpstream.from_tasks(list(pending)).start()
-            return self._replay.endpoint_for
+            return self._replay_server(pending).endpoint_for
         assert s.base_url is not None
         return Endpoint(base_url=s.base_url, model=s.model, api_key=self._api_key or "EMPTY", api=s.api)
 
@@ -160,6 +207,7 @@ class Evaluation:
                     yield result
         finally:
             self.timing.rollouts_s = time.monotonic() - started
+            self._count_judge_calls()
 
     async def aclose(self) -> None:
         if self._replay is not None:

@@ -43,6 +43,8 @@ class EvalSettings:
     timeout: float = 600.0
     pass_threshold: float = 0.5
     save_trace: bool = False
+    judges: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Judge name (``*``: every other name) → ``{base_url, model, api, api_key_var}`` (no key itself)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
