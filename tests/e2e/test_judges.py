@@ -7,6 +7,7 @@ text_to_sql's in Responses, and its judge is ``policy_model``."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,10 +60,10 @@ def _gym_environments() -> list[dict[str, str]]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"app.py" not in cmdline:
                 continue
-            raw = open(f"/proc/{pid}/environ", "rb").read()
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
         found.append(dict(kv.split("=", 1) for kv in raw.decode(errors="replace").split("\0") if "=" in kv))
