@@ -51,25 +51,34 @@ class TasksetError(ConfigurationError):
 
 
 class MissingRequirementsError(VerifiersNemoError, RuntimeError):
-    """A Gym server needs Python packages that the Gym runtime does not have.
+    """A Gym server needs Python packages that the Gym runtime does not have, and they could not be
+    installed for it (into an environment derived from the runtime; see ``reason``: uv's explanation).
 
     ``missing`` maps each server to its missing requirements; ``describe(fix)`` words the message
     with another way to ask for isolated venvs (the CLI names its ``-a`` flag)."""
 
-    def __init__(self, env: str, python: str, missing: dict[str, list[str]]) -> None:
-        self.env, self.python, self.missing = env, python, missing
+    def __init__(self, env: str, python: str, missing: dict[str, list[str]], reason: str | None = None) -> None:
+        self.env, self.python, self.missing, self.reason = env, python, missing, reason
         super().__init__(self.describe("pass isolated_venvs=True"))
 
     def describe(self, isolated_venvs: str) -> str:
         lines = "\n".join(f"  {server}: {', '.join(reqs)}" for server, reqs in self.missing.items())
+        if self.reason is None:
+            return (
+                f"Gym environment {self.env} needs packages the Gym runtime ({self.python}) does not have:\n"
+                f"{lines}\nInstall them into that interpreter, or {isolated_venvs} to let nemo-gym build a "
+                "separate venv per server from PyPI."
+            )
+        reason = "\n".join(f"  {line}" if line.strip() else "" for line in self.reason.splitlines())
         return (
             f"Gym environment {self.env} needs packages the Gym runtime ({self.python}) does not have:\n"
-            f"{lines}\nInstall them into that interpreter, or {isolated_venvs} to let nemo-gym build a "
-            "separate venv per server from PyPI."
+            f"{lines}\nand they could not be installed into an environment derived from it (constrained to "
+            f"the versions nemo-gym needs):\n{reason}\nFix or install them yourself, or {isolated_venvs} to "
+            "let nemo-gym build a separate, unconstrained venv per server from PyPI."
         )
 
-    def __reduce__(self) -> tuple[type, tuple[str, str, dict[str, list[str]]]]:
-        return type(self), (self.env, self.python, self.missing)
+    def __reduce__(self) -> tuple[type, tuple[str, str, dict[str, list[str]], str | None]]:
+        return type(self), (self.env, self.python, self.missing, self.reason)
 
 
 class StackStartError(VerifiersNemoError, RuntimeError):

@@ -7,7 +7,7 @@ bad -S JSON through the CLI (tests/e2e/test_cli.py::test_bad_input_fails_fast_wi
 flag values, base URLs without scheme or port (tests/unit/test_cli_args.py); file:line errors and
 unknown agents in JSONL (tests/unit/test_taskset.py); rewards that are not numbers
 (tests/unit/test_result.py, and on the real stack tests/faults/test_result_faults.py); missing packages
-(tests/e2e/test_stack.py::test_server_with_missing_requirements_names_them)."""
+(installed for the user: tests/e2e/test_requirements.py)."""
 
 from __future__ import annotations
 
@@ -51,8 +51,10 @@ CLI_CASES = {
         2,
         "'example_single_tool_call_simple_agent' is not an agent of environment 'example_multi_step'",
     ),
-    "server needs missing packages": (["mcqa"], 1, "mcqa: tiktoken"),
+    "server packages cannot install": (["mcqa"], 1, "mcqa: tiktoken"),
 }
+# cases run with more in their environment: nothing installed yet, an empty uv cache and no network
+OFFLINE_INSTALL = {"server packages cannot install"}
 
 
 async def test_bad_cli_input_is_one_clear_error_and_leaves_nothing_running(tmp_path: Path) -> None:
@@ -77,7 +79,7 @@ async def test_bad_cli_input_is_one_clear_error_and_leaves_nothing_running(tmp_p
         async with three_at_a_time:
             started = time.monotonic()
             proc = await asyncio.create_subprocess_exec(
-                CLI, "eval", *args, cwd=cwd, env=_child_env() | {"VN_FAULTS_MARKER": marker},
+                CLI, "eval", *args, cwd=cwd, env=_child_env() | {"VN_FAULTS_MARKER": marker} | _offline(name, cwd),
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             out, err = await asyncio.wait_for(proc.communicate(), 90)
@@ -100,9 +102,15 @@ async def test_bad_cli_input_is_one_clear_error_and_leaves_nothing_running(tmp_p
         assert (code, len(errors)) == (expected_code, 1), f"{name}: {err}"
         assert message in err and "Traceback" not in err and out == "", f"{name}: {err}"
         assert not (tmp_path / name.replace(" ", "-") / "outputs").exists(), name
-    missing = next(o for o in outcomes if o[0] == "server needs missing packages")[3]
-    assert "isolated_venvs" in missing  # the fix is named
+    missing = next(o for o in outcomes if o[0] == "server packages cannot install")[3]
+    assert "could not be installed" in missing and "isolated_venvs" in missing  # why, and the fix
     assert left_running == []
+
+
+def _offline(name: str, cwd: Path) -> dict[str, str]:
+    if name not in OFFLINE_INSTALL:
+        return {}
+    return {"VERIFIERS_NEMO_CACHE_DIR": str(cwd / "cache"), "UV_CACHE_DIR": str(cwd / "uv"), "UV_OFFLINE": "1"}
 
 
 @pytest.fixture
@@ -121,9 +129,15 @@ def test_unknown_environment_names_the_closest_ones_and_starts_nothing(marker: s
     assert harness._stack is None and pids_with_env(marker) == []
 
 
-def test_server_needing_missing_packages_names_them_and_the_fix_and_leaves_nothing(marker: str) -> None:
+def test_server_packages_that_cannot_install_are_named_with_the_fix_and_leave_nothing(
+    marker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERIFIERS_NEMO_CACHE_DIR", str(tmp_path / "cache"))  # nothing installed yet
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv"))  # an empty uv cache, and no network:
+    monkeypatch.setenv("UV_OFFLINE", "1")  # tiktoken cannot be found
     harness = NeMoGymHarness("mcqa")
-    with pytest.raises(MissingRequirementsError, match=r"(?s)mcqa: tiktoken.*isolated_venvs=True"):
+    with pytest.raises(MissingRequirementsError, match=r"(?s)mcqa: tiktoken.*could not be installed.*tiktoken.*"
+                       r"isolated_venvs=True"):  # fmt: skip
         harness.start()
     assert not harness.stack.running
     harness.close()

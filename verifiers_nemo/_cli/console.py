@@ -41,3 +41,5 @@ def setup_logging(verbose: int) -> None:
     root.setLevel(logging.WARNING)
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.getLogger("verifiers_nemo").setLevel(level)
+    # Installing an environment's extra requirements takes a while, once: say so at any verbosity.
+    logging.getLogger("verifiers_nemo._gym.derived_env").setLevel(min(level, logging.INFO))

@@ -136,17 +136,42 @@ def _current_runtime() -> GymRuntime | None:
     )
 
 
-def _find_uv() -> list[str]:
+def find_uv(purpose: str | None = None) -> list[str]:
+    """The command that runs ``uv`` (on PATH, else this interpreter's ``uv`` module); a GymRuntimeError
+    saying how to get it, and what it is needed for, when there is none."""
     found = shutil.which("uv")
     if found:
         return [found]
     if importlib.util.find_spec("uv") is not None:
         return [sys.executable, "-m", "uv"]
+    if purpose is not None:
+        raise GymRuntimeError(f"{purpose} needs `uv`, which is not installed: `pip install uv`.")
     raise GymRuntimeError(
         "Building the managed Gym runtime needs `uv`: `pip install uv`, or install nemo-gym here with "
         "`pip install 'verifiers-nemo[nemogym]'`, or set "
         f"{GYM_PYTHON_ENV_VAR} to an interpreter that has nemo-gym."
     )
+
+
+_SITE_PROBE = "import json, site; print(json.dumps(site.getsitepackages()))"
+
+
+@functools.cache
+def site_packages(runtime: GymRuntime) -> tuple[Path, ...]:
+    """The runtime's site-packages directories: where nemo-gym and its dependencies are installed."""
+    if Path(sys.prefix) == runtime.prefix:
+        import site
+
+        dirs = site.getsitepackages()
+    else:
+        try:
+            out = subprocess.run(
+                [str(runtime.python), "-c", _SITE_PROBE], capture_output=True, text=True, timeout=60, check=True
+            ).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise GymRuntimeError(f"Gym interpreter {runtime.python} failed to start: {exc}") from exc
+        dirs = json.loads(out.strip().splitlines()[-1])
+    return tuple(Path(d) for d in dirs if Path(d).is_dir())
 
 
 def _managed_runtime(build: bool) -> GymRuntime:
@@ -162,7 +187,7 @@ def _managed_runtime(build: bool) -> GymRuntime:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it right now
         if not marker.exists():
             base = find_python312()
-            uv = _find_uv()
+            uv = find_uv()
             env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
             logger.info("Building the Gym runtime in %s (once; nemo-gym is large)", venv)
             try:

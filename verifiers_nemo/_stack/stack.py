@@ -55,7 +55,7 @@ from .procs import (
 )
 from .ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
 from .registry import Registry
-from .requirements import check_requirements
+from .requirements import server_venvs
 from .supervisor import GYM_SIDE, start_supervised, stop_supervised
 
 logger = logging.getLogger(__name__)
@@ -126,10 +126,10 @@ class GymStack:
             if self._launch is not None:
                 self._stop_locked()
             self.runtime = find_gym_runtime(self.config.gym_python)
-            isolated = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
+            venvs = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
             self._generation += 1
             for attempt in range(1, _START_ATTEMPTS + 1):
-                self._launch = self._spawn(self.runtime, self._join_ray_head(self.runtime), isolated)
+                self._launch = self._spawn(self.runtime, self._join_ray_head(self.runtime), venvs)
                 self._deaths.begin(self._generation)
                 try:
                     self._wait_ready(self._launch)
@@ -271,9 +271,10 @@ class GymStack:
 
     # -- launching -------------------------------------------------------------------------------
 
-    def _check_requirements(self, runtime: GymRuntime) -> set[str]:
-        """Servers whose requirements the runtime lacks; raises unless isolated venvs are allowed."""
-        return check_requirements(self.config.name, self._instances, runtime, isolated_venvs=self.config.isolated_venvs)
+    def _check_requirements(self, runtime: GymRuntime) -> dict[str, Path | None]:
+        """The venv of each server whose requirements the runtime lacks: an environment derived from the
+        runtime (installed now the first time), or None for a venv nemo-gym builds (isolated venvs)."""
+        return server_venvs(self.config.name, self._instances, runtime, isolated_venvs=self.config.isolated_venvs)
 
     def _join_ray_head(self, runtime: GymRuntime) -> RayHead | None:
         """The Ray head this launch joins (kept across restarts while it lives), or None to let ng_run
@@ -292,24 +293,27 @@ class GymStack:
         if head is not None:
             release_ray_head(head)
 
-    def _link_venvs(self, runtime: GymRuntime, isolated: set[str]) -> Path:
-        """Point each server's ``.venv`` at the runtime (nemo-gym then skips building one); not for
-        ``isolated`` servers, whose venvs nemo-gym builds."""
+    def _link_venvs(self, runtime: GymRuntime, venvs: dict[str, Path | None]) -> Path:
+        """Point each server's ``.venv`` at the runtime, or at its own venv in ``venvs`` (nemo-gym then
+        skips building one); not for servers whose venv is None there (isolated: nemo-gym builds it, in
+        a folder of its own so that no link of a non-isolated stack takes its place)."""
         links = cache_dir() / "server-venvs" / hashlib.sha256(str(runtime.prefix).encode()).hexdigest()[:12]
-        rel_dirs = {i.rel_dir for i in self._instances if i.name not in isolated}
-        rel_dirs.add(Path("responses_api_models", POLICY_IMPLEMENTATION))
-        for rel in rel_dirs:
+        if None in venvs.values():
+            links = links.with_name(links.name + "-isolated")
+        targets = {i.rel_dir: venvs.get(i.name, runtime.prefix) for i in self._instances}
+        targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = runtime.prefix
+        for rel, target in targets.items():
             link = links / rel / ".venv"
-            if link.is_symlink() and link.resolve() == runtime.prefix.resolve():
+            if target is None or (link.is_symlink() and link.resolve() == target.resolve()):
                 continue
             link.parent.mkdir(parents=True, exist_ok=True)
             tmp = link.with_name(f".venv.tmp-{secrets.token_hex(4)}")
-            tmp.symlink_to(runtime.prefix, target_is_directory=True)
+            tmp.symlink_to(target, target_is_directory=True)
             os.replace(tmp, link)  # atomic: concurrent stacks may do the same
         return links
 
-    def _spawn(self, runtime: GymRuntime, ray_head: RayHead | None, isolated: set[str]) -> Launch:
-        links = self._link_venvs(runtime, isolated)
+    def _spawn(self, runtime: GymRuntime, ray_head: RayHead | None, venvs: dict[str, Path | None]) -> Launch:
+        links = self._link_venvs(runtime, venvs)
         sweep_run_dirs(cache_dir() / "runs")
         sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
         remove_legacy_port_locks(cache_dir() / "ports")

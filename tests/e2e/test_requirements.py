@@ -1,0 +1,65 @@
+"""An environment whose Gym server needs packages beyond nemo-gym starts without the user installing
+anything: its requirements go into an environment derived from the Gym runtime, once, and its recorded
+rollouts replay through the real stack."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+
+from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset
+from verifiers_nemo._gym import find_gym_runtime
+from verifiers_nemo._gym.derived_env import derived_env
+from verifiers_nemo._stack.requirements import missing_requirements
+from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks
+
+pytestmark = pytest.mark.e2e
+
+ENV = "mcqa"  # its server needs tiktoken (small, with wheels), which nemo-gym does not bring
+
+
+def test_env_with_extra_requirements_installs_them_once_and_replays_its_recordings(gym_root: Path) -> None:
+    runtime = find_gym_runtime()
+    requirements = ("tiktoken",)
+    assert missing_requirements({ENV: requirements}, runtime), "the runtime has tiktoken: pick another env"
+    tasks = replay_tasks(NeMoGymTaskset(ENV, recorded=True))[:2]
+    replay = ReplayUpstream.from_tasks(tasks).start()
+    harness = NeMoGymHarness(ENV, timeout=120)
+
+    async def run() -> tuple[list, dict[Path, str]]:
+        async with harness:
+            results = [r async for r in harness.run(tasks, replay.endpoint_for, concurrency=2)]
+            return results, _virtual_envs(harness.stack.info().pids)
+
+    try:
+        harness.check()  # no longer refused before anything starts
+        results, venvs = asyncio.run(run())
+    finally:
+        replay.stop()
+
+    for result, task in zip(sorted(results, key=lambda r: r.task_index), tasks, strict=True):
+        assert result.error is None, result.error
+        assert math.isclose(result.reward, task.recorded_reward)
+    env = derived_env(runtime, requirements, base=gym_root / "resources_servers" / ENV)
+    assert env.ready
+    assert venvs[gym_root / "resources_servers" / ENV] == str(env.path)  # the server ran in it
+    assert venvs[gym_root / "responses_api_agents" / "simple_agent"] == str(runtime.prefix)
+    assert missing_requirements({ENV: requirements}, runtime), "the shared runtime was altered"
+
+
+def _virtual_envs(pids: tuple[int, ...]) -> dict[Path, str]:
+    """The venv (``VIRTUAL_ENV``) each Gym server process of ``pids`` runs in, by its folder."""
+    venvs = {}
+    for pid in pids:
+        try:
+            cwd = Path(f"/proc/{pid}/cwd").resolve()
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"VIRTUAL_ENV="):
+                venvs[cwd] = item.split(b"=", 1)[1].decode()
+    return venvs
