@@ -358,6 +358,7 @@ async def test_envs_lists_the_catalogue_and_filters_runnable(tmp_path: Path) -> 
     names = {row["name"] for row in rows}
     assert {"example_multi_step", "example_single_tool_call"} <= names
     assert all(row["runnable"] and not row["needs"] and not row["extra_deps"] for row in rows)
+    assert all(row["ready"] and row["not_ready_because"] == [] for row in rows)
     assert table.splitlines()[0].split() == [
         "NAME",
         "AGENT",
@@ -365,6 +366,8 @@ async def test_envs_lists_the_catalogue_and_filters_runnable(tmp_path: Path) -> 
         "EXTRA",
         "DEPS",
         "NEEDS",
+        "VARIABLES",
+        "READY",
         "RECORDED",
     ]
     assert any(line.startswith("example_multi_step ") and "simple_agent" in line for line in table.splitlines())

@@ -1,11 +1,13 @@
-"""``verifiers-nemo envs``: the packaged Gym environments and what running each needs, as a table
-or JSON."""
+"""``verifiers-nemo envs``: the packaged Gym environments, what running each needs (a judge, packages
+beyond nemo-gym and whether they are installed, environment variables, external services) and whether
+it is ready to run here, as a table or JSON."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .._exceptions import VerifiersNemoError
@@ -17,26 +19,29 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
     try:
         environments = list_environments()
+        total = len(environments)
+        runnable_count = sum(e.runs_offline_with_nemo_gym_only for e in environments)
+        if args.filter:
+            environments = [e for e in environments if args.filter.lower() in e.name.lower()]
+        if args.runnable:
+            environments = [e for e in environments if e.runs_offline_with_nemo_gym_only]
+        if args.recorded:
+            environments = [e for e in environments if e.has_example_rollouts]
+        states = _requirement_states(environments)
     except VerifiersNemoError as exc:
         return fail(str(exc), EXIT_FAILED)
-    total = len(environments)
-    runnable_count = sum(e.runs_offline_with_nemo_gym_only for e in environments)
-    if args.filter:
-        environments = [e for e in environments if args.filter.lower() in e.name.lower()]
-    if args.runnable:
-        environments = [e for e in environments if e.runs_offline_with_nemo_gym_only]
-    if args.recorded:
-        environments = [e for e in environments if e.has_example_rollouts]
-    rows = [_env_row(e) for e in environments]
+    rows = [_env_row(e, states) for e in environments]
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     columns = [  # title, key, widest it may get
-        ("NAME", "name", 48),
-        ("AGENT", "agent", 24),
-        ("DATASETS", "datasets", 36),
-        ("EXTRA DEPS", "extra_deps", 32),
+        ("NAME", "name", 40),
+        ("AGENT", "agent", 22),
+        ("DATASETS", "datasets", 28),
+        ("EXTRA DEPS", "extra_deps", 28),
         ("NEEDS", "needs", 15),
+        ("VARIABLES", "variable_names", 28),
+        ("READY", "ready_cell", 24),
         ("RECORDED", "recorded", 8),
     ]
     table = [[_cell(row[key]) + _dagger(row, key) for _, key, _ in columns] for row in rows]
@@ -44,34 +49,105 @@ def cmd_envs(args: argparse.Namespace) -> int:
     print("  ".join(title.ljust(w) for (title, _, _), w in zip(columns, widths, strict=True)).rstrip())
     for r in table:
         print("  ".join(_clip(cell, w).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    ready = sum(row["ready"] for row in rows)
     print(
-        f"\n{len(rows)} shown of {total} environments ({PROG} envs --json for all details); "
-        f"{runnable_count} need nothing beyond nemo-gym (--runnable).\n"
+        f"\n{len(rows)} shown of {total} environments, {ready} of them ready here ({PROG} envs --json for all "
+        f"details); {runnable_count} need nothing beyond nemo-gym (--runnable).\n"
         "* not shipped: nemo-gym downloads it. NEEDS: judge = scores with a model server; "
         "external = a service, credential or download.\n"
+        "EXTRA DEPS are installed for you on the first start (cached after); READY says 'installs' until then. "
+        "VARIABLES: ! = required and not set.\n"
         "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n"
         f"Run one: {PROG} eval NAME (replays its recorded rollouts; add -b URL -m MODEL for a model)"
     )
     return EXIT_OK
 
 
-def _env_row(env: Any) -> dict[str, Any]:
+def _requirement_states(environments: Sequence[Any]) -> dict[Path, str]:
+    """The state of every server folder's requirements (see ``requirement_states``); one runtime probe."""
+    if not any(e.requirements for e in environments):
+        return {}
+    from .._gym import find_gym_runtime, requirements_beyond_nemo_gym
+    from .._stack.requirements import requirement_states
+
+    wanted = {}
+    for env in environments:
+        for directory in _server_dirs(env):
+            wanted[directory] = requirements_beyond_nemo_gym(directory)[0]
+    return requirement_states(wanted, find_gym_runtime())
+
+
+def _server_dirs(env: Any) -> list[Path]:
+    from .._gym import RESPONSES_API_MODELS
+
+    config = env.default_config
+    if config is None:
+        return [env.directory]
+    return list(dict.fromkeys(env.root / s.kind / s.type for s in config.servers if s.kind != RESPONSES_API_MODELS))
+
+
+def _env_row(env: Any, states: dict[Path, str]) -> dict[str, Any]:
+    from .._gym import POLICY_MODEL
+    from .._gym.config import load_yaml
+    from .._gym.env_vars import config_variables
+    from .._stack.requirements import CACHED, INSTALLED, TO_INSTALL
     from .._upstreams import unreproducible_reason
 
     needs = [n for n, flag in (("judge", env.needs_judge), ("external", env.needs_external)) if flag]
     agent = env.default_agent
+    server_states = {states[d] for d in _server_dirs(env) if d in states}
+    requirements_state = next((s for s in (TO_INSTALL, CACHED, INSTALLED) if s in server_states), None)
+    variables = config_variables(load_yaml(env.default_config.path)) if env.default_config else ()
+    blockers = []
+    if agent is None:
+        blockers.append("no agent")
+    judges = [j for j in env.judge_models if j != POLICY_MODEL]
+    if judges:
+        blockers.append("a judge endpoint")
+    if requirements_state == TO_INSTALL and not _has_uv():
+        blockers.append("uv (pip install uv)")
+    unset = [v.name for v in variables if v.required and not v.is_set]
+    blockers += [f"${name}" for name in unset]
+    set_names = [v.name for v in variables if v.is_set]
+    uncovered = [r for r in env.external_reasons if not any(name in r for name in set_names)]
+    if uncovered and not unset:
+        blockers.append("external")
+    ready = not blockers
+    if ready:
+        ready_cell = "yes, installs" if requirements_state == TO_INSTALL else "yes"
+    else:
+        ready_cell = "no: " + ", ".join(blockers)
     return {
         "name": env.name,
         "agent": agent.type if agent else None,
         "datasets": _dataset_names(env.datasets),
         "extra_deps": list(env.requirements),
+        "extra_deps_state": requirements_state,
         "needs": needs,
+        "variables": [
+            {"name": v.name, "default": v.default, "required": v.required, "set": v.is_set, "where": v.where}
+            for v in variables
+        ],
+        "variable_names": [f"{v.name}!" if v.required and not v.is_set else v.name for v in variables],
+        "ready": ready,
+        "not_ready_because": blockers,
+        "ready_cell": ready_cell,
         "recorded": env.has_example_rollouts,
         "replay_not_reproducible": unreproducible_reason(env.name),
         "runnable": env.runs_offline_with_nemo_gym_only,
         "judge_models": list(env.judge_models),
         "external_reasons": list(env.external_reasons),
     }
+
+
+def _has_uv() -> bool:
+    from .._gym.runtime import find_uv
+
+    try:
+        find_uv("")
+    except VerifiersNemoError:
+        return False
+    return True
 
 
 def _dagger(row: dict[str, Any], key: str) -> str:

@@ -22,13 +22,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from .._exceptions import ConfigurationError, StackStartError
 from .._gym import GymRuntime, ServerInstance, cache_dir, find_gym_runtime
+from .._gym.env_vars import config_variable_names
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
@@ -354,7 +355,8 @@ class GymStack:
             "logs": [str(log_dir)],
         }
         logger.debug("Launching Gym stack %s: %s", self.config.name, argv)
-        env = child_env(os.environ, runtime.bin_dir, self.config)
+        own = config_variable_names(self.config.config_paths)  # the env's own variables reach its servers only
+        env = child_env(os.environ, runtime.bin_dir, replace(self.config, pass_env=(*self.config.pass_env, *own)))
         supervisor = start_supervised(
             runtime.python, spec, cwd=run_dir, env={**env, **(ray_head.env() if ray_head else {})}
         )
