@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._eval import format_summary, plural, run_metadata, slim_record
-from .._exceptions import ConfigurationError, VerifiersNemoError
+from .._exceptions import ConfigurationError, MissingRequirementsError, VerifiersNemoError
 from .._signals import CapturedSignals, capture_signals
 from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
 from .progress import Progress
@@ -87,7 +87,6 @@ def _run_eval(
         read_results,
         resolve_api_key,
     )
-    from .._exceptions import MissingRequirementsError
     from .._upstreams import unreproducible_reason
 
     resuming = folder is not None
@@ -285,7 +284,10 @@ async def _execute(
         if not interrupt.cancelled:
             raise
         main_task.uncancel()
-    except VerifiersNemoError as exc:  # the stack could not start, a requirement is missing ...
+    except MissingRequirementsError as exc:  # the install of a server's requirements failed at start
+        env_args = {**settings.env_args, "isolated_venvs": True}
+        failure = exc.describe(f"add -a '{json.dumps(env_args)}'")
+    except VerifiersNemoError as exc:  # the stack could not start ...
         failure = str(exc)
     finally:
         progress.close()
