@@ -59,16 +59,8 @@ def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutResult,
     return {(r.env, r.task_index): (r, recorded[(r.env, r.task_index)]) for r in results}
 
 
-@pytest.fixture(scope="module")
-def replayed() -> Iterator[dict[tuple[str, int], tuple[RolloutResult, float]]]:
-    results: dict[tuple[str, int], tuple[RolloutResult, float]] = {}
-    for start in range(0, len(RUNNABLE), BATCH):
-        results.update(_replay_batch(RUNNABLE[start : start + BATCH]))
-    yield results
-
-
-def _judge_batches(envs: list[str]) -> list[list[str]]:
-    """Batches in which no two environments share a judge name (each name is one judge port)."""
+def _batches(envs: list[str]) -> list[list[str]]:
+    """Batches of at most BATCH environments in which no two share a judge name (each is one judge port)."""
     batches: list[tuple[list[str], set[str]]] = []
     for env in envs:
         names = set(get_environment(env).judge_models)
@@ -82,9 +74,10 @@ def _judge_batches(envs: list[str]) -> list[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def judged() -> Iterator[dict[tuple[str, int], tuple[RolloutResult, float]]]:
+def replayed() -> Iterator[dict[tuple[str, int], tuple[RolloutResult, float]]]:
+    """Every replayable environment, offline and judged, on as few stacks as fit."""
     results: dict[tuple[str, int], tuple[RolloutResult, float]] = {}
-    for batch in _judge_batches(JUDGED):
+    for batch in _batches(JUDGED + RUNNABLE):  # judged first: their judge names spread over the batches
         results.update(_replay_batch(batch))
     yield results
 
@@ -109,8 +102,8 @@ def test_judge_environments_with_recorded_judge_io_are_replayable() -> None:
 
 
 @pytest.mark.parametrize("env", JUDGED)
-def test_replay_with_the_judge_replayed_reproduces_every_recorded_reward(env: str, judged: dict) -> None:
-    _check_rows(env, judged)
+def test_replay_with_the_judge_replayed_reproduces_every_recorded_reward(env: str, replayed: dict) -> None:
+    _check_rows(env, replayed)
 
 
 def _check_rows(env: str, replayed: dict) -> None:
