@@ -36,9 +36,12 @@ from .config import (
     RESPONSES_API_AGENTS,
     RESPONSES_API_MODELS,
     YAML_LOADER,
+    config_strings,
+    interpolations,
     requirements_beyond_nemo_gym,
     server_entries,
 )
+from .judges import judge_refs
 from .runtime import gym_root
 
 logger = logging.getLogger(__name__)
@@ -49,10 +52,8 @@ EXAMPLE_ROLLOUTS = "data/example_rollouts.jsonl"
 # Config variables the harness's own Gym config defines (the policy entry points at our proxy).
 _STACK_SUPPLIED = frozenset({"policy_base_url", "policy_api_key", "policy_model_name"})
 # Resources-server flags that switch a configured judge model off.
-_JUDGE_SWITCHES = ("should_use_judge", "use_judge", "enable_llm_judge")
 # Variable or field names that hold a credential or the address of a service.
 _ADDRESS_OR_SECRET = re.compile(r"api_?key|token$|secret|password|(^|_)url$|(^|_)host$|endpoint", re.IGNORECASE)
-_INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
 # A field annotated without a default on its own line: ``    google_api_key: str``.
 _BARE_ANNOTATION = re.compile(r"^[ \t]+\w+[ \t]*:[ \t]*[^=\n]+$", re.MULTILINE)
 _DATA_FILE = re.compile(r"[\w./-]+\.(?:jsonl|json|csv|parquet|db|sqlite)", re.IGNORECASE)
@@ -333,20 +334,13 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
         if kind == RESPONSES_API_MODELS:
             continue
         if kind == RESOURCES_SERVERS:
-            switched_off = any(definition.get(flag) is False for flag in _JUDGE_SWITCHES)
+            judges += [ref.target for ref in judge_refs({entry_name: {kind: {type_name: definition}}})]
             for key, value in definition.items():
-                if (
-                    not switched_off
-                    and str(key).endswith("_model_server")
-                    and isinstance(value, Mapping)
-                    and value.get("type") == RESPONSES_API_MODELS
-                ):
-                    judges.append(str(value.get("name")))
                 if str(key).startswith("judge_") and isinstance(value, str):
                     for var, _default in _parse_interpolations(value):
                         if var.endswith("_base_url"):
                             judges.append("${" + var + "}")
-        for path, text in _strings(definition):
+        for path, text in config_strings(definition):
             for var, default in _parse_interpolations(text):
                 if _ADDRESS_OR_SECRET.search(var):
                     if var in _STACK_SUPPLIED:
@@ -357,7 +351,7 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
                     reasons.append(f"{entry_name}.{path} needs a value for {var}")
         directory = root / kind / type_name
         if kind == RESOURCES_SERVERS:
-            for path, text in _strings(definition):
+            for path, text in config_strings(definition):
                 defaults = [d for _, d in _parse_interpolations(text) if d]
                 for candidate in defaults or [text]:
                     if _is_missing_data_file(candidate, directory, root):
@@ -589,27 +583,11 @@ def _dataset_source(raw: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _strings(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, f"{path}[{index}]")
-
-
 def _parse_interpolations(text: str) -> Iterator[tuple[str, str | None]]:
-    """``(variable, default or None)`` of each OmegaConf ``${...}`` in ``text``."""
-    for body in _INTERPOLATION.findall(text):
-        body = body.strip()
-        resolver, _, args = body.partition(":")
-        if args and resolver in ("oc.env", "oc.select"):
-            var, comma, default = args.partition(",")
-            yield var.strip(), (default.strip() if comma else None)
-        elif not args:
-            yield body, None
+    """``(variable, default or None)`` of each plain, ``oc.env`` or ``oc.select`` ``${...}`` in ``text``."""
+    for resolver, var, default in interpolations(text):
+        if resolver in ("", "oc.env", "oc.select"):
+            yield var, default
 
 
 def _is_missing_data_file(value: str, directory: Path, root: Path) -> bool:

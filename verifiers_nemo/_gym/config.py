@@ -92,6 +92,34 @@ def server_instances(config: Mapping[str, Any]) -> list[ServerInstance]:
     ]
 
 
+def config_strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """``(dotted path, text)`` of every string inside a config value."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from config_strings(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from config_strings(item, f"{path}[{index}]")
+
+
+_INTERPOLATION = re.compile(r"\$\{([^{}]*)\}")
+
+
+def interpolations(text: str) -> Iterator[tuple[str, str, str | None]]:
+    """``(resolver, variable, default or None)`` of each OmegaConf ``${...}`` in ``text``: ``("oc.env", "VAR",
+    "x")`` for ``${oc.env:VAR,x}``, ``("", "name", None)`` for a plain ``${name}``."""
+    for body in _INTERPOLATION.findall(text):
+        body = body.strip()
+        resolver, colon, args = body.partition(":")
+        if not colon:
+            yield "", body, None
+            continue
+        var, comma, default = args.partition(",")
+        yield resolver.strip(), var.strip(), (default.strip() if comma else None)
+
+
 def merged_configs(paths: list[Path]) -> dict[str, Any]:
     """Top-level merge of several config files (later files win per instance)."""
     merged: dict[str, Any] = {}

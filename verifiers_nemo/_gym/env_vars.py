@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import RESPONSES_API_MODELS, merged_configs, server_entries
+from .config import RESPONSES_API_MODELS, config_strings, interpolations, merged_configs, server_entries
 
-_OC_ENV = re.compile(r"\$\{\s*oc\.env\s*:\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:,([^{}]*))?\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Defaults that leave a value unset: the variable is then required.
 _NO_VALUE = {"MISSING", "???"}
 
@@ -47,26 +47,15 @@ def config_variables(doc: Mapping[str, Any]) -> tuple[ConfigVariable, ...]:
         (f"{entry}.{where}" if where else entry, text)
         for entry, kind, _, definition in server_entries(doc)
         if kind != RESPONSES_API_MODELS
-        for where, text in _strings(definition)
+        for where, text in config_strings(definition)
     )
     for where, text in texts:
-        for match in _OC_ENV.finditer(text):
-            name, default = match.group(1), match.group(2)
-            found.setdefault(name, ConfigVariable(name, default.strip() if default is not None else None, where))
+        for resolver, name, default in interpolations(text):
+            if resolver == "oc.env" and _NAME.fullmatch(name):
+                found.setdefault(name, ConfigVariable(name, default, where))
     return tuple(found.values())
 
 
 def config_variable_names(config_paths: Sequence[Path]) -> tuple[str, ...]:
     """The environment variables the configs in ``config_paths`` read."""
     return tuple(v.name for v in config_variables(merged_configs([Path(p) for p in config_paths])))
-
-
-def _strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    if isinstance(value, str):
-        yield path, value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _strings(item, f"{path}.{key}" if path else str(key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _strings(item, f"{path}[{index}]")
