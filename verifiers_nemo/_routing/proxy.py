@@ -557,16 +557,18 @@ class RoutingProxy:
             "GET /, /health and /v1/models.",
         )
 
-    async def _handle_responses(self, request: web.Request) -> web.Response:
-        try:
-            body = loads(await request.read())
-        except ValueError:
-            return _error_response(400, "invalid_request", "The request body is not valid JSON.")
-        if not isinstance(body, dict):
-            return _error_response(400, "invalid_request", "The request body must be a JSON object.")
+    def _judge_route(self, request: web.Request) -> Route | None:
+        """The judge route whose port ``request`` came in on, if any."""
         judge = self._judge_sites.get(_local_port(request)) if self._judge_sites else None
-        if judge is not None:
-            route, refusal = judge[1], None
+        return judge[1] if judge is not None else None
+
+    async def _handle_responses(self, request: web.Request) -> web.Response:
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        route = self._judge_route(request)
+        if route is not None:
+            refusal = None
             if route.closed:
                 route, refusal = None, _error_response(410, "route_closed", "This judge route is closed.")
         else:
@@ -588,15 +590,13 @@ class RoutingProxy:
     async def _handle_judge_chat(self, request: web.Request) -> web.Response:
         """A judge that asks in Chat Completions (e.g. simpleqa's ``use_chat_completions_for_judge``): passed
         through to the judge endpoint's ``/chat/completions`` as it is (model and key replaced), recorded."""
-        judge = self._judge_sites.get(_local_port(request)) if self._judge_sites else None
-        if judge is None:
+        route = self._judge_route(request)
+        if route is None:
             return await self._handle_unknown_path(request)
-        route = judge[1]
-        try:
-            body = loads(await request.read())
-        except ValueError:
-            return _error_response(400, "invalid_request", "The request body is not valid JSON.")
-        if not isinstance(body, dict) or body.get("stream"):
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        if body.get("stream"):
             return _error_response(400, "invalid_request", "Expected a non-streaming Chat Completions request.")
         endpoint = route.endpoint
         sent = {**route._defaults, **body, **endpoint.extra_body, "model": endpoint.model}
@@ -709,6 +709,17 @@ class RoutingProxy:
         return _error_response(
             status, error.type, error.message, kind=kind, upstream_status=upstream_status, attempts=attempts
         )
+
+
+async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object, or the 400 answer saying why it is not one."""
+    try:
+        body = loads(await request.read())
+    except ValueError:
+        return _error_response(400, "invalid_request", "The request body is not valid JSON.")
+    if not isinstance(body, dict):
+        return _error_response(400, "invalid_request", "The request body must be a JSON object.")
+    return body
 
 
 def _local_port(request: web.Request) -> int | None:
