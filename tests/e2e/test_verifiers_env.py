@@ -159,6 +159,43 @@ async def test_vf_eval_replay_reproduces_recorded_rewards(vf_python: Path, tmp_p
         assert trace["calls"], "verifiers' interception recorded no model call"
 
 
+# -- a judge-scored environment through verifiers ------------------------------------------------------
+
+
+async def test_vf_eval_sends_judge_calls_to_the_configured_judge_with_its_own_key(
+    vf_python: Path, tmp_path: Path
+) -> None:
+    """simpleqa in vf-eval: the policy (through verifiers' interception) always answers Paris; its judge
+    (Chat Completions) is the one named with --env.agent.harness.judge-*, with the judge's key."""
+    from tests.e2e.test_judges import ChatJudge
+
+    async with DualApiPolicy(lambda user, system, outputs: ("say", "Paris", {})) as policy, ChatJudge() as judge:
+        code, output, episodes = await vf_eval(
+            vf_python,
+            tmp_path,
+            policy.base_url,
+            "--env.taskset.nemo-env",
+            "simpleqa",
+            "--env.agent.harness.judge-base-url",
+            judge.base_url,
+            "--env.agent.harness.judge-model",
+            "jud",
+            "--env.agent.harness.judge-api-key-var",
+            "JUDGE_KEY",
+            "-n",
+            "5",
+            "-r",
+            "1",
+            extra_env={"JUDGE_KEY": "sk-judge-test"},
+        )
+    assert code == 0, output[-3000:]
+    traces = _traces(episodes)
+    assert len(traces) == 5 and all(t["ok"] for t in traces), [t.get("errors") for t in traces]
+    assert sorted(_reward(t) for t in traces) == [0.0, 0.0, 0.0, 0.0, 1.0]  # only "capital of France" is Paris
+    assert judge.calls == 5 and judge.authorizations == {"Bearer sk-judge-test"} and judge.models == {"jud"}
+    assert len(policy.calls) == 5 and "sk-judge-test" not in {c["authorization"] for c in policy.calls}
+
+
 # -- the same tasks through verifiers and through our own CLI ----------------------------------------
 
 
