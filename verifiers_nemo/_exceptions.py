@@ -183,6 +183,12 @@ class GymServerDown(RolloutError):
     type = "gym_server_down"
 
 
+class WorkerLost(RolloutError):
+    """The worker running the rollout (a Ray actor, or its node) died, and no other worker could run it."""
+
+    type = "worker_lost"
+
+
 class InvalidResult(RolloutError):
     """The Gym agent returned a result that cannot be mapped (e.g. a non-numeric reward)."""
 

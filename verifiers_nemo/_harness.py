@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 import aiohttp
 
+from ._dispatch import EndpointPicker, check_concurrency, stream_rollouts
 from ._endpoint import Endpoint
 from ._exceptions import (
     ConfigurationError,
@@ -584,46 +586,29 @@ class NeMoGymHarness:
     ) -> AsyncIterator[RolloutResult]:
         """Run ``tasks`` with at most ``concurrency`` at once; yield results as they finish.
 
-        ``endpoints`` is one endpoint, a list (assigned round-robin), or a function of the task.
+        ``endpoints`` is one endpoint, a list (each rollout goes to the one with the fewest rollouts in
+        flight), or a function of the task.
         """
-        if not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be a positive integer, not {concurrency!r}.")
-        pick = _endpoint_picker(endpoints)
-        known = [endpoints] if isinstance(endpoints, Endpoint) else [] if callable(endpoints) else endpoints
-        for endpoint in known:
+        check_concurrency(concurrency)
+        picker = EndpointPicker(endpoints)
+        for endpoint in picker.known:
             self._remember_key(endpoint)
         await self.astart()
-        # Finished rollouts are handed over by a done-callback: O(1) per rollout, where asyncio.wait over
-        # every pending task would cost O(concurrency) per completion.
-        finished: asyncio.Queue[asyncio.Future[RolloutResult]] = asyncio.Queue()
-        running: set[asyncio.Future[RolloutResult]] = set()
-        iterator = iter(tasks)
-        exhausted = False
-        try:
-            while True:
-                while not exhausted and len(running) < concurrency:
-                    try:
-                        task = next(iterator)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    future = asyncio.ensure_future(
-                        self.rollout(
-                            task, pick(task), sampling_args, timeout, upstream=upstream, _queued_at=time.monotonic()
-                        )
-                    )
-                    future.add_done_callback(finished.put_nowait)
-                    running.add(future)
-                if not running:
-                    return
-                done = await finished.get()
-                running.discard(done)
-                yield done.result()
-        finally:
-            for leftover in running:
-                leftover.cancel()
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
+
+        async def run_one(task: Task) -> RolloutResult:
+            queued_at = time.monotonic()
+            endpoint, release = picker.acquire(task)
+            try:
+                assert endpoint is not None
+                return await self.rollout(
+                    task, endpoint, sampling_args, timeout, upstream=upstream, _queued_at=queued_at
+                )
+            finally:
+                release()
+
+        async with contextlib.aclosing(stream_rollouts(tasks, run_one, concurrency)) as stream:
+            async for result in stream:
+                yield result
 
     def run_sync(
         self,
@@ -693,20 +678,6 @@ def _row_for_route(row: dict[str, Any], key: str, gym_sampling: dict[str, Any]) 
     metadata[ROUTE_METADATA_KEY] = key
     params["metadata"] = metadata
     return body
-
-
-def _endpoint_picker(
-    endpoints: Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint],
-) -> Callable[[Task], Endpoint]:
-    if isinstance(endpoints, Endpoint):
-        return lambda _task: endpoints
-    if callable(endpoints):
-        return endpoints
-    pool = list(endpoints)
-    if not pool:
-        raise ConfigurationError("endpoints is an empty list; pass at least one Endpoint.")
-    counter = iter(range(1 << 62))
-    return lambda _task: pool[next(counter) % len(pool)]
 
 
 __all__ = ["NeMoGymHarness", "RolloutResult", "UpstreamError", "split_sampling_args"]

@@ -1,0 +1,177 @@
+"""Gym stacks on a Ray cluster: start or join it, place one actor per stack, and talk to the actors.
+
+Each actor is a ``StackWorker`` (one Gym stack and routing proxy), placed node by node (round-robin over
+the cluster's live nodes, pinned softly so that a full node spills over). The Gym processes of an actor
+run under our supervisor, which reads a pipe from the actor: when Ray kills the actor (``ray.kill``,
+its node dying, the driver's job ending) the pipe closes and the supervisor takes every Gym process of
+that stack down, so no Gym process outlives its actor. The supervisor also unblocks SIGINT, which Ray
+workers block and their children inherit.
+
+An actor's stack keeps a Ray head of its own (as every harness process does): Gym's servers are Ray
+drivers, and a head private to the actor's stack keeps them out of the user's cluster (and of its Ray
+version, which need not be the Gym runtime's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._endpoint import Endpoint
+from .._exceptions import ConfigurationError, RolloutError, WorkerLost
+from .._result import RolloutResult
+from .._tasks import Task
+
+logger = logging.getLogger(__name__)
+
+LOCAL = "local"
+"""``ray=`` value (``--ray`` with no address): start a Ray cluster on this machine for the run."""
+ACTOR_CONCURRENCY = 10_000
+"""Calls an actor runs at once (its rollouts are coroutines); the pool bounds them, not Ray."""
+_STOP_TIMEOUT_S = 60.0
+_QUIET = {"log_to_driver": False, "logging_level": logging.ERROR}
+"""Ray's own messages stay out of the eval's output (actors' logs stay in Ray's session folder)."""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigurationError(
+            "--ray needs Ray in this environment: pip install 'verifiers-nemo[ray]' (the same Ray version on "
+            "every node of the cluster)."
+        ) from None
+    return ray
+
+
+class RayWorker:
+    """The handle of one ``StackWorker`` actor."""
+
+    def __init__(self, actor: Any, env: str, node_id: str) -> None:
+        self.actor = actor
+        self.env = env
+        self.node_id = node_id
+        self.label = f"Ray actor on node {node_id[:8]}"
+
+    async def start(self, secrets: Sequence[str], replay_tasks: Sequence[Task] | None) -> dict[str, Any]:
+        info = await self.actor.start.remote(list(secrets), list(replay_tasks) if replay_tasks is not None else None)
+        return {**info, "node_id": self.node_id}
+
+    async def rollout(
+        self, task: Task, endpoint: Endpoint | None, sampling_args: dict[str, Any] | None, timeout: float | None
+    ) -> RolloutResult:
+        ray = _ray()
+        try:
+            return await self.actor.rollout.remote(task, endpoint, sampling_args, timeout)
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerLost(f"the {self.label} died during the rollout: {_first_line(exc)}") from None
+        except ray.exceptions.RayError as exc:  # the rollout raised in the actor: not expected, but typed
+            result = RolloutResult(task_index=task.task_index, rollout_index=task.rollout_index, env=self.env)
+            result.error = RolloutError(f"the {self.label} failed the rollout: {_first_line(exc)}")
+            return result
+
+    async def judge_calls(self) -> dict[str, list[Any]]:
+        ray = _ray()
+        try:
+            return await self.actor.judge_calls.remote()
+        except ray.exceptions.RayActorError:
+            return {}
+
+    async def gym_sessions(self) -> list[int]:
+        return await self.actor.gym_sessions.remote()
+
+    async def stop(self) -> None:
+        """Stop its stack (bounded), then the actor. Idempotent."""
+        ray = _ray()
+        try:
+            await asyncio.wait_for(self.actor.stop.remote(), timeout=_STOP_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, TimeoutError):
+            pass  # gone already, or stuck: killing the actor closes its supervisors' pipes
+        finally:
+            ray.kill(self.actor, no_restart=True)
+
+
+@dataclass
+class RayPlacement:
+    """Where a run's actors go: how many per environment, and what each reserves."""
+
+    workers: int | None = None
+    """Actors per environment; ``None``: one per live node."""
+    cpus_per_stack: float = 1.0
+    """CPUs each actor reserves (Ray's ``num_cpus``): how Ray packs stacks onto nodes."""
+    actor_options: Mapping[str, Any] | None = None
+    """More ``.options()`` for every actor (``runtime_env``, ``resources``...)."""
+
+
+class RayCluster:
+    """The run's connection to Ray: started here (``ray="local"``), joined (an address) or the one this
+    process is already connected to. ``close()`` kills this run's actors and leaves a cluster it found
+    as it was (it shuts down only a cluster it started)."""
+
+    def __init__(self, address: str | bool | None) -> None:
+        ray = _ray()
+        self._initialized_here = False
+        if not ray.is_initialized():
+            if address in (None, True, LOCAL, ""):
+                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", **_QUIET)
+            else:
+                ray.init(address=str(address), **_QUIET)
+            self._initialized_here = True
+        self.address = ray.get_runtime_context().gcs_address
+        self.workers: list[RayWorker] = []
+
+    @staticmethod
+    def live_nodes() -> list[dict[str, Any]]:
+        return [node for node in _ray().nodes() if node.get("Alive")]
+
+    def place(self, envs: Mapping[str, dict[str, Any]], placement: RayPlacement) -> list[RayWorker]:
+        """Create the actors: ``placement.workers`` per environment (default one per live node), node by
+        node round-robin. They start nothing until ``start``."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from .worker import StackWorker
+
+        ray = _ray()
+        nodes = [node["NodeID"] for node in self.live_nodes()]
+        if not nodes:
+            raise ConfigurationError(f"the Ray cluster at {self.address} has no live node.")
+        count = placement.workers if placement.workers is not None else len(nodes)
+        if count < 1:
+            raise ConfigurationError(f"--workers must be at least 1, not {count}.")
+        remote = ray.remote(StackWorker)
+        turn = 0
+        for env, harness_args in envs.items():
+            for _ in range(count):
+                node = nodes[turn % len(nodes)]
+                turn += 1
+                options = {
+                    "num_cpus": placement.cpus_per_stack,
+                    "max_concurrency": ACTOR_CONCURRENCY,
+                    "max_restarts": 0,
+                    "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True),
+                    **dict(placement.actor_options or {}),
+                }
+                actor = remote.options(**options).remote(env, harness_args)
+                self.workers.append(RayWorker(actor, env, node))
+        return self.workers
+
+    async def close(self) -> None:
+        """Kill every actor of this run (``RayWorker.stop`` stops each one's stack first), then disconnect
+        if this run connected."""
+        ray = _ray()
+        for worker in self.workers:
+            with contextlib.suppress(Exception):
+                ray.kill(worker.actor, no_restart=True)
+        self.workers.clear()
+        if self._initialized_here:
+            _ray().shutdown()
+            self._initialized_here = False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

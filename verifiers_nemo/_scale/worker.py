@@ -1,0 +1,91 @@
+"""``StackWorker``: one Gym stack and routing proxy for one environment, driven by a ``StackPool``.
+
+A worker lives in the driver's process (a local pool, e.g. a mix of environments on one machine) or in
+a Ray actor (``--ray``); the pool talks to it through the same four calls either way. Everything a
+worker takes and returns pickles (tasks, endpoints, results), so a Ray actor can host it unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .._endpoint import Endpoint
+from .._result import RolloutResult
+from .._tasks import Task
+
+
+class StackWorker:
+    """One environment's harness: its Gym stack, proxy and, for a replay, a replay server of its own.
+
+    ``harness_args`` are ``NeMoGymHarness``'s keyword arguments. A replay worker answers the policy and
+    judge calls of the tasks it was given at ``start`` from their recordings, on a server of its own on
+    its own machine (a Ray node cannot reach the driver's loopback)."""
+
+    def __init__(self, env: str, harness_args: dict[str, Any]) -> None:
+        from .._harness import NeMoGymHarness
+
+        self.env = env
+        self.harness = NeMoGymHarness(env, **harness_args)
+        self._replay: Any = None
+
+    async def start(self, secrets: Sequence[str] = (), replay_tasks: Sequence[Task] | None = None) -> dict[str, Any]:
+        """Start the stack (and the replay server); returns where it runs and how long the start took."""
+        started = time.monotonic()
+        self.harness.add_secrets(*secrets)
+        if replay_tasks is not None and self._replay is None:
+            from .._judge import ANY_JUDGE
+            from .._upstreams import ReplayUpstream
+
+            self._replay = ReplayUpstream.from_tasks(list(replay_tasks)).start()
+            if not self.harness.has_judge:
+                self.harness.set_judge({ANY_JUDGE: self._replay.judge_endpoint()})
+        self.harness.check()
+        await self.harness.astart()
+        return {
+            "env": self.env,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "start_s": time.monotonic() - started,
+            "judges": {name: self.harness.judge_label(name) for name in self.harness.judge_names},
+        }
+
+    async def rollout(
+        self,
+        task: Task,
+        endpoint: Endpoint | None,
+        sampling_args: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> RolloutResult:
+        """One rollout (``endpoint=None``: the replay of ``task``'s recording)."""
+        if endpoint is None:
+            if self._replay is None:
+                raise RuntimeError("this worker was started without replay tasks; pass an endpoint")
+            endpoint = self._replay.endpoint_for(task)
+        return await self.harness.rollout(task, endpoint, sampling_args, timeout, _queued_at=time.monotonic())
+
+    def judge_calls(self) -> dict[str, list[Any]]:
+        """The judge calls recorded since the last call, by judge name."""
+        return self.harness.judge_calls()
+
+    def gym_sessions(self) -> list[int]:
+        """Session ids of this worker's Gym processes (the stack's and its Ray head's supervisors)."""
+        stack = self.harness._stack
+        sessions = []
+        if stack is not None and stack.launch is not None:
+            sessions.append(stack.launch.supervisor.pid)
+        if stack is not None and stack.ray_head is not None:
+            sessions.append(stack.ray_head.pid)
+        return sessions
+
+    async def stop(self) -> None:
+        """Stop the stack and the replay server. Idempotent."""
+        try:
+            await self.harness.aclose()
+        finally:
+            if self._replay is not None:
+                self._replay.stop()
+                self._replay = None
