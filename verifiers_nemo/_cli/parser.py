@@ -198,6 +198,29 @@ def build_parser() -> argparse.ArgumentParser:
         "gym_python, ... (and nemo_env with ENV nemo-gym-env)",
     )
 
+    scale = ev.add_argument_group("scale out on Ray (each actor owns one Gym stack; needs verifiers-nemo[ray])")
+    scale.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run the rollouts on Ray actors: with no ADDRESS start a Ray cluster on this machine for the run; "
+        "with one (HOST:PORT, or auto) join that cluster",
+    )
+    scale.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="Ray actors, i.e. Gym stacks (default: one per live node of the cluster)",
+    )
+    scale.add_argument(
+        "--cpus-per-stack",
+        dest="cpus_per_stack",
+        type=_positive_float,
+        metavar="X",
+        help="CPUs each actor reserves, which is how Ray packs stacks onto nodes (default 1)",
+    )
+
     sampling = ev.add_argument_group("sampling")
     sampling.add_argument(
         "-t",

@@ -36,6 +36,9 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "sampling_args",
         "save_trace",
         "pass_threshold",
+        "ray",
+        "workers",
+        "cpus_per_stack",
     )
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
@@ -72,6 +75,8 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
             raise ConfigurationError("-k needs an endpoint: add -b URL (the replay policy needs no key).")
     elif not args.base_url:
         raise ConfigurationError("--policy endpoint needs -b URL (the OpenAI-compatible base URL).")
+    if (args.workers or args.cpus_per_stack) and not args.ray:
+        raise ConfigurationError("--workers and --cpus-per-stack place Ray actors: add --ray [ADDRESS].")
     env_args = dict(args.env_args or {})
     return EvalSettings(
         env=args.env,
@@ -90,6 +95,9 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
         pass_threshold=DEFAULTS["pass_threshold"] if args.pass_threshold is None else args.pass_threshold,
         save_trace=bool(args.save_trace),
         judges=judge_settings(args),
+        ray=args.ray,
+        workers=args.workers,
+        cpus_per_stack=args.cpus_per_stack or 1.0,
     )
 
 

@@ -16,7 +16,9 @@ from .settings import EvalSettings, check_env_args
 if TYPE_CHECKING:
     from .._endpoint import Endpoint
     from .._environment import NeMoGymEnv
+    from .._harness import NeMoGymHarness
     from .._result import RolloutResult
+    from .._scale import NeMoGymPool
     from .._tasks import Task
     from .._upstreams import ReplayUpstream
 
@@ -58,6 +60,8 @@ class Evaluation:
         self.env: NeMoGymEnv | None = None
         self.tasks: list[Task] = []
         self._replay: ReplayUpstream | None = None
+        self.pool: NeMoGymPool | None = None
+        """With ``settings.ray``: the Ray actors that run the rollouts (``env.harness`` only checks then)."""
         self.timing = SessionTiming()
         self.recorded_rewards: dict[int, Any] = {}
         """Replay: each task's recorded reward, which its rollouts must reproduce."""
@@ -89,6 +93,8 @@ class Evaluation:
             )
         except TypeError as exc:  # an env arg of the wrong kind
             raise ConfigurationError(f"-a: {exc}") from None
+        if s.ray is not None:
+            self.pool = self._make_pool(args)
         if s.policy == "replay":
             from .._upstreams import replay_tasks
 
@@ -99,6 +105,32 @@ class Evaluation:
         if not self.tasks:
             raise ConfigurationError(f"{s.nemo_env}: the dataset has no tasks.")
         return self.tasks
+
+    @property
+    def harness(self) -> NeMoGymHarness | NeMoGymPool:
+        """What runs the rollouts: the Ray pool, else the environment's harness."""
+        assert self.env is not None, "load() first"
+        return self.pool if self.pool is not None else self.env.harness
+
+    def _make_pool(self, env_args: dict[str, Any]) -> NeMoGymPool:
+        import inspect
+
+        from .._harness import NeMoGymHarness
+        from .._scale import NeMoGymPool
+
+        s = self.settings
+        accepted = set(inspect.signature(NeMoGymHarness.__init__).parameters) - {"self", "taskset", "nemo_env"}
+        harness_args = {k: v for k, v in env_args.items() if k in accepted}
+        return NeMoGymPool(
+            s.nemo_env,
+            ray=s.ray,
+            workers=s.workers,
+            cpus_per_stack=s.cpus_per_stack,
+            secrets=(self._api_key,) if self._api_key else (),
+            timeout=s.timeout,
+            judge=self._judge_endpoints() or None,
+            **harness_args,
+        )
 
     def _judge_endpoints(self) -> dict[str, Endpoint]:
         """The judges of the settings as endpoints (keys read from their variables now)."""
@@ -119,8 +151,7 @@ class Evaluation:
         return endpoints
 
     def _count_judge_calls(self) -> None:
-        assert self.env is not None
-        harness = self.env.harness
+        harness = self.harness
         for name, calls in harness.judge_calls().items():
             entry = self.judges.setdefault(
                 name,
@@ -137,7 +168,7 @@ class Evaluation:
         """The endpoint's API key (call before ``start``: Gym processes must not inherit it)."""
         self._api_key = api_key
         if api_key and self.env is not None:
-            self.env.harness.add_secrets(api_key)
+            self.harness.add_secrets(api_key)
 
     def check(self) -> tuple[str, ...]:
         """Raise now what starting the stack would refuse (a judge-scored environment given no judge,
@@ -149,8 +180,22 @@ class Evaluation:
         if self.settings.policy == "replay" and not self.env.harness.has_judge:
             from .._judge import ANY_JUDGE
 
-            self.env.harness.set_judge({ANY_JUDGE: self._replay_server(self.tasks).judge_endpoint()})
+            if self.pool is not None:
+                # Each Ray actor replays its tasks (and their judge calls) on a server of its own; the
+                # local harness, never started under Ray, is given that server's address only to check.
+                self.pool.use_replay(self.tasks)
+                judge = self._replay_placeholder()
+            else:
+                judge = self._replay_server(self.tasks).judge_endpoint()
+            self.env.harness.set_judge({ANY_JUDGE: judge})
         return self.env.harness.check()
+
+    @staticmethod
+    def _replay_placeholder() -> Endpoint:
+        from .._endpoint import Endpoint
+        from .settings import REPLAY_MODEL
+
+        return Endpoint(base_url="http://127.0.0.1:9/v1", model=REPLAY_MODEL, name="replay (on each Ray actor)")
 
     def _replay_server(self, tasks: Sequence[Task]) -> ReplayUpstream:
         if self._replay is None:
@@ -163,12 +208,12 @@ class Evaluation:
     def expected_pairs(self) -> list[Pair]:
         return [(t.task_index, t.rollout_index) for t in self.tasks]
 
-    def _endpoints(self, pending: Sequence[Task]) -> Endpoint | Callable[[Task], Endpoint]:
+    def _endpoints(self, pending: Sequence[Task]) -> Endpoint | Callable[[Task], Endpoint] | None:
         from .._endpoint import Endpoint
 
         s = self.settings
         if s.policy == "replay":
-            return self._replay_server(pending).endpoint_for
+            return None if self.pool is not None else self._replay_server(pending).endpoint_for
         assert s.base_url is not None
         return Endpoint(base_url=s.base_url, model=s.model, api_key=self._api_key or "EMPTY", api=s.api)
 
@@ -177,7 +222,7 @@ class Evaluation:
         assert self.env is not None, "load() first"
         observer.stack_starting(self.settings.nemo_env)
         started = time.monotonic()
-        await self.env.harness.astart()
+        await self.harness.astart()
         self.timing.stack_start_s = time.monotonic() - started
         observer.stack_ready(self.timing.stack_start_s)
 
@@ -192,7 +237,7 @@ class Evaluation:
         observer.rollouts_starting(done + len(pending), done)
         started = time.monotonic()
         try:
-            stream = self.env.harness.run(
+            stream = self.harness.run(
                 pending,
                 endpoints,
                 concurrency=self.settings.max_concurrent,
@@ -213,6 +258,8 @@ class Evaluation:
         if self._replay is not None:
             self._replay.stop()
             self._replay = None
+        if self.pool is not None:
+            await self.pool.aclose()
         if self.env is not None:
             await self.env.harness.aclose()
 

@@ -45,6 +45,12 @@ class EvalSettings:
     save_trace: bool = False
     judges: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Judge name (``*``: every other name) → ``{base_url, model, api, api_key_var}`` (no key itself)."""
+    ray: str | None = None
+    """Run on Ray actors: ``local`` (a cluster started for the run) or a cluster's address; None: here."""
+    workers: int | None = None
+    """Ray actors (each one Gym stack); None: one per live node."""
+    cpus_per_stack: float = 1.0
+    """CPUs each Ray actor reserves."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
