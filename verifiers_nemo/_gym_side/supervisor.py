@@ -65,11 +65,46 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
+def _teardown(spec: dict) -> None:
+    """SIGINT to the session, wait for its ports to close (at most ``grace_s``), SIGKILL what is left."""
+    _signal_session(signal.SIGINT)
+    deadline = time.monotonic() + float(spec.get("grace_s", 5.0))
+    ports = [tuple(hp) for hp in spec.get("ports", [])]
+    while time.monotonic() < deadline and any(_port_open(h, p) for h, p in ports):
+        time.sleep(0.05)
+    _signal_session(signal.SIGKILL)
+
+
+def _start_rearguard(spec: dict) -> None:
+    """Fork a process that tears the session down if this supervisor is killed before it could.
+
+    Ray kills a dead worker's direct children with SIGKILL (its ``kill_child_processes_on_worker_exit``):
+    when the owner is a Ray actor, that is this supervisor, which then cannot take its session down. The
+    rearguard, a grandchild of the owner, holds the read end of a pipe whose write end only this
+    supervisor holds: EOF means the supervisor is gone. After a normal stop the supervisor's own teardown
+    has killed the rearguard already (it is in the session); otherwise it does the teardown itself."""
+    read_end, write_end = os.pipe()
+    if os.fork() != 0:
+        os.close(read_end)  # the write end stays open, unused, for as long as this supervisor lives
+        return
+    os.close(write_end)
+    try:
+        os.close(0)  # the owner's pipe: the supervisor reads it (its bytes are not for us)
+        while os.read(read_end, 1):
+            pass
+        _teardown(spec)
+        for path in spec.get("remove", []):
+            _remove(path)
+    finally:
+        os._exit(0)
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    _start_rearguard(spec)
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -91,12 +126,7 @@ def main() -> int:
 
         # SIGINT to everyone at once: ng_run may be mid start-up (where it does not forward it),
         # and each server's uvicorn shuts down gracefully on it.
-        _signal_session(signal.SIGINT)
-        deadline = time.monotonic() + float(spec.get("grace_s", 5.0))
-        ports = [tuple(hp) for hp in spec.get("ports", [])]
-        while time.monotonic() < deadline and any(_port_open(h, p) for h, p in ports):
-            time.sleep(0.05)
-        _signal_session(signal.SIGKILL)
+        _teardown(spec)
         code = ng_run.wait()
         log.write(f"[verifiers_nemo supervisor] stopped (launcher exit {code})\n".encode())
     failed = not stop.is_set() or b"k" in owner_said  # the launcher exited on its own, or the owner keeps logs

@@ -40,7 +40,8 @@ class NeMoGymPool:
     ``NeMoGymHarness`` arguments); ``harness_args`` apply to every one. Without ``ray`` each environment
     gets one stack in this process. With ``ray`` (``"local"``/``True``: start a cluster here; an address:
     join it; or the cluster this process is already connected to) each environment gets ``workers`` Ray
-    actors (default: one per live node), each owning a Gym stack and its routing proxy.
+    actors (a count, or a count per environment name; default: one per live node), each owning a Gym
+    stack and its routing proxy.
 
     Rollouts are taken from one queue as slots free up, each sent to the least-loaded live worker of its
     task's environment (``task.env``), and yielded in completion order. A rollout whose worker dies is
@@ -53,7 +54,7 @@ class NeMoGymPool:
         envs: str | Sequence[str] | Mapping[str, Mapping[str, Any]],
         *,
         ray: str | bool | None = None,
-        workers: int | None = None,
+        workers: int | Mapping[str, int] | None = None,
         cpus_per_stack: float = 1.0,
         actor_options: Mapping[str, Any] | None = None,
         secrets: Iterable[str] = (),
@@ -67,7 +68,8 @@ class NeMoGymPool:
         self.env_args = {name: {**harness_args, **dict(own)} for name, own in per_env.items()}
         self.env_name = "+".join(self.env_args)
         self.ray = ray
-        if ray is None and workers not in (None, 1):
+        counts = workers.values() if isinstance(workers, Mapping) else [workers]
+        if ray is None and any(count not in (None, 1) for count in counts):
             raise ConfigurationError("workers > 1 needs Ray (--ray): in one process an environment runs on one stack.")
         self.placement = RayPlacement(workers=workers, cpus_per_stack=cpus_per_stack, actor_options=actor_options)
         self._secrets = {s for s in secrets if s}
@@ -93,6 +95,11 @@ class NeMoGymPool:
         for task in tasks:
             by_env.setdefault(self._env_of(task), []).append(task)
         self._replay_tasks = by_env
+
+    @property
+    def handles(self) -> list[WorkerHandle]:
+        """The workers (``LocalWorker``, or ``RayWorker`` whose ``actor`` is the Ray actor)."""
+        return [seat.handle for seat in self._seats]
 
     @property
     def workers(self) -> list[dict[str, Any]]:

@@ -99,8 +99,17 @@ class RayWorker:
 class RayPlacement:
     """Where a run's actors go: how many per environment, and what each reserves."""
 
-    workers: int | None = None
-    """Actors per environment; ``None``: one per live node."""
+    workers: int | Mapping[str, int] | None = None
+    """Actors per environment (one count for all, or by environment name); ``None``: one per live node."""
+
+    def count(self, env: str, nodes: int) -> int:
+        """How many actors ``env`` gets on a cluster of ``nodes`` live nodes."""
+        workers = self.workers.get(env) if isinstance(self.workers, Mapping) else self.workers
+        count = nodes if workers is None else workers
+        if not isinstance(count, int) or count < 1:
+            raise ConfigurationError(f"workers of {env!r} must be a positive integer, not {count!r}.")
+        return count
+
     cpus_per_stack: float = 1.0
     """CPUs each actor reserves (Ray's ``num_cpus``): how Ray packs stacks onto nodes."""
     actor_options: Mapping[str, Any] | None = None
@@ -117,7 +126,8 @@ class RayCluster:
         self._initialized_here = False
         if not ray.is_initialized():
             if address in (None, True, LOCAL, ""):
-                ray.init(include_dashboard=False, _node_ip_address="127.0.0.1", **_QUIET)
+                # address="local": a new cluster even where RAY_ADDRESS names one (that is --ray ADDRESS)
+                ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **_QUIET)
             else:
                 ray.init(address=str(address), **_QUIET)
             self._initialized_here = True
@@ -139,13 +149,10 @@ class RayCluster:
         nodes = [node["NodeID"] for node in self.live_nodes()]
         if not nodes:
             raise ConfigurationError(f"the Ray cluster at {self.address} has no live node.")
-        count = placement.workers if placement.workers is not None else len(nodes)
-        if count < 1:
-            raise ConfigurationError(f"--workers must be at least 1, not {count}.")
         remote = ray.remote(StackWorker)
         turn = 0
         for env, harness_args in envs.items():
-            for _ in range(count):
+            for _ in range(placement.count(env, len(nodes))):
                 node = nodes[turn % len(nodes)]
                 turn += 1
                 options = {

@@ -1,0 +1,184 @@
+"""Gym stacks on Ray: a two-node ``ray.cluster_utils.Cluster`` in this process, Ray actors each owning a
+real Gym stack (real ng_run, resources server, Gym agent), replay and a slow local policy on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from tests.e2e.policies import PolicyServer, message
+from tests.faults.helpers import pids_with_env
+from verifiers_nemo import Endpoint, load_environment
+from verifiers_nemo._scale import NeMoGymPool
+from verifiers_nemo._upstreams import replay_tasks
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+
+ENVS = ("example_multi_step", "example_single_tool_call")
+MARKER = f"VNR_RAY_TEST_{uuid.uuid4().hex}"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if int(fields[3]) == sid and fields[0] != b"Z":
+                pids.append(int(entry))
+    return pids
+
+
+async def until(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    """Two Ray nodes of 2 CPUs each on this machine; the driver (this process) connected."""
+    cluster = Cluster(initialize_head=True, connect=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def recorded(env: str) -> list[Any]:
+    return replay_tasks(load_environment(env, recorded=True).taskset)
+
+
+@pytest.fixture(scope="module")
+def replays() -> dict[str, list[Any]]:
+    """Each environment's recorded tasks, task indexes made unique across the two (env i: i*100 + row)."""
+    return {
+        env: [dataclasses.replace(task, task_index=i * 100 + task.task_index) for task in recorded(env)]
+        for i, env in enumerate(ENVS)
+    }
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pool(cluster: Cluster, replays: dict[str, list[Any]]) -> AsyncIterator[NeMoGymPool]:
+    """Both environments on the two nodes: two actors of the first (one can be killed), one of the second."""
+    pool = NeMoGymPool(
+        ENVS,
+        ray=True,
+        workers={ENVS[0]: 2, ENVS[1]: 1},
+        actor_options={"runtime_env": {"env_vars": {MARKER: "1"}}},
+        start_timeout=240,
+    )
+    pool.use_replay([t for tasks in replays.values() for t in tasks])
+    await pool.astart()
+    try:
+        yield pool
+    finally:
+        await pool.aclose()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_mixed_replay_over_actors_on_both_nodes_gives_each_environment_its_recorded_rewards(
+    pool: NeMoGymPool, replays: dict[str, list[Any]], cluster: Cluster
+) -> None:
+    nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    assert len(nodes) == 2
+    assert {w["node_id"] for w in pool.workers if w["env"] == ENVS[0]} == nodes  # one actor on each node
+    assert {w["node_id"] for w in pool.workers} == nodes
+
+    mixed = sorted((t for tasks in replays.values() for t in tasks), key=lambda t: t.task_index % 100)  # interleaved
+    results = [r async for r in pool.run(mixed, None, concurrency=8)]
+
+    assert sorted(r.task_index for r in results) == sorted(t.task_index for t in mixed)
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    for env in ENVS:
+        got = {r.task_index: r.reward for r in results if r.env == env}
+        assert got == {t.task_index: float(t.recorded_reward) for t in replays[env]}, env
+    assert sum(w["done"] for w in pool.workers) == len(mixed)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_killing_an_actor_mid_run_loses_no_rollout_and_leaves_none_of_its_gym_processes(
+    pool: NeMoGymPool, replays: dict[str, list[Any]]
+) -> None:
+    async def slow(body: dict[str, Any], request: Any) -> list[dict[str, Any]]:
+        await asyncio.sleep(2.0)
+        return [message("done")]
+
+    env = ENVS[0]
+    tasks = [dataclasses.replace(replays[env][i % 5], rollout_index=i // 5) for i in range(8)]
+    victim = next(h for h in pool.handles if h.env == env)
+    sessions = await victim.gym_sessions()  # type: ignore[attr-defined]
+    assert sessions and all(session_pids(s) for s in sessions)
+    async with PolicyServer(slow) as policy:
+
+        async def kill_soon() -> None:
+            await until(lambda: policy.calls >= 8, 60, "8 rollouts in flight")
+            ray.kill(victim.actor, no_restart=True)  # type: ignore[attr-defined]
+
+        killing = asyncio.ensure_future(kill_soon())
+        results = [r async for r in pool.run(tasks, Endpoint(base_url=policy.base_url, model="slow"), concurrency=8)]
+        await killing
+
+    assert sorted((r.task_index, r.rollout_index) for r in results) == sorted(
+        (t.task_index, t.rollout_index) for t in tasks
+    )  # each exactly once
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]  # retried on the other actor
+    assert [w["alive"] for w in pool.workers if w["env"] == env].count(False) == 1
+    await until(lambda: not any(session_pids(s) for s in sessions), 60, "the killed actor's Gym processes gone")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_closing_the_pool_leaves_the_cluster_as_it_found_it(pool: NeMoGymPool, cluster: Cluster) -> None:
+    sessions = [s for h in pool.handles if h.env == ENVS[1] for s in await h.gym_sessions()]  # type: ignore[attr-defined]
+    assert pids_with_env(MARKER)
+
+    await pool.aclose()
+
+    assert ray.is_initialized()  # the driver's connection is the caller's
+    await until(lambda: ray.available_resources().get("CPU") == 4.0, 60, "every CPU of the cluster free again")
+    await until(lambda: not any(session_pids(s) for s in sessions), 60, "no Gym process of any actor")
+    await until(lambda: not pids_with_env(MARKER), 60, "no process of the actors left")
+
+
+def test_cli_eval_joining_a_cluster_replays_the_recorded_rewards_and_leaves_the_cluster_as_it_found_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """`eval --ray ADDRESS` joins the cluster, places its actors there, and takes them away again."""
+    command = [sys.executable, "-m", "verifiers_nemo._cli.main", "eval", "example_multi_step"]
+    command += ["--ray", cluster.address, "--workers", "2", "-o", str(tmp_path / "out")]
+    env = {**os.environ, MARKER + "_CLI": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5/5 rewards equal the recorded ones" in done.stdout
+    deadline = time.monotonic() + 60
+    while (
+        pids_with_env(MARKER + "_CLI") or ray.available_resources().get("CPU") != 4.0
+    ) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not pids_with_env(MARKER + "_CLI"), "a process of the run outlived it"
+    assert ray.available_resources().get("CPU") == 4.0
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
