@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest_asyncio
 from tests.e2e.policies import PolicyServer, message
 from tests.faults.helpers import pids_with_env
 from verifiers_nemo import Endpoint, load_environment
+from verifiers_nemo._eval.settings import MIX_STRIDE
 from verifiers_nemo._scale import NeMoGymPool
 from verifiers_nemo._upstreams import replay_tasks
 
@@ -163,17 +165,25 @@ async def test_closing_the_pool_leaves_the_cluster_as_it_found_it(pool: NeMoGymP
     await until(lambda: not pids_with_env(MARKER), 60, "no process of the actors left")
 
 
-def test_cli_eval_joining_a_cluster_replays_the_recorded_rewards_and_leaves_the_cluster_as_it_found_it(
+def test_cli_eval_of_a_mix_joining_a_cluster_reports_each_environment_and_leaves_the_cluster_as_it_found_it(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    """`eval --ray ADDRESS` joins the cluster, places its actors there, and takes them away again."""
-    command = [sys.executable, "-m", "verifiers_nemo._cli.main", "eval", "example_multi_step"]
-    command += ["--ray", cluster.address, "--workers", "2", "-o", str(tmp_path / "out")]
+    """`eval A,B --ray ADDRESS` joins the cluster, places an actor per environment there, replays both,
+    says which environment each result came from, and takes its actors away again."""
+    command = [sys.executable, "-m", "verifiers_nemo._cli.main", "eval", ",".join(ENVS)]
+    command += ["--ray", cluster.address, "--workers", "1", "-o", str(tmp_path / "out")]
     env = {**os.environ, MARKER + "_CLI": "1"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "5/5 rewards equal the recorded ones" in done.stdout
+    assert "10/10 rewards equal the recorded ones" in done.stdout
+    for name in ENVS:
+        assert f"{name}: 5 rollouts · reward avg 1.000" in done.stdout
+    [results] = (tmp_path / "out").glob("*/*/results.jsonl")
+    records = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted((r["env"], r["task_index"]) for r in records) == sorted(
+        (name, i * MIX_STRIDE + row) for i, name in enumerate(ENVS) for row in range(5)
+    )
     deadline = time.monotonic() + 60
     while (
         pids_with_env(MARKER + "_CLI") or ray.available_resources().get("CPU") != 4.0

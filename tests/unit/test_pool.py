@@ -14,6 +14,8 @@ from verifiers_nemo import ConfigurationError, Endpoint, RolloutResult, Task
 from verifiers_nemo._cli.parser import build_parser
 from verifiers_nemo._cli.settings import new_settings
 from verifiers_nemo._dispatch import EndpointPicker, LeastLoaded, stream_rollouts
+from verifiers_nemo._eval import format_summary, run_metadata
+from verifiers_nemo._eval.settings import MIX_STRIDE
 from verifiers_nemo._exceptions import GymServerDown, WorkerLost
 from verifiers_nemo._scale import NeMoGymPool
 
@@ -248,3 +250,49 @@ def test_ray_flags_become_settings_and_workers_without_ray_are_refused() -> None
     assert new_settings(parse("example_multi_step")).ray is None
     with pytest.raises(ConfigurationError, match="add --ray"):
         new_settings(parse("example_multi_step", "--workers", "2"))
+
+
+# -- a mix of environments in one eval ---------------------------------------------------------------
+
+
+def test_an_env_list_is_a_mix_whose_task_indexes_say_which_environment_and_row() -> None:
+    settings = new_settings(parse("example_multi_step, example_single_tool_call"))
+    assert settings.env_names == ["example_multi_step", "example_single_tool_call"]
+    assert settings.origin(3) == ("example_multi_step", 3)
+    assert settings.origin(MIX_STRIDE + 4) == ("example_single_tool_call", 4)
+    assert new_settings(parse("example_multi_step")).origin(MIX_STRIDE + 4) == ("example_multi_step", MIX_STRIDE + 4)
+    with pytest.raises(ConfigurationError, match="name each environment once"):
+        new_settings(parse("example_multi_step,example_multi_step"))
+    with pytest.raises(ConfigurationError, match="name each environment once"):
+        new_settings(parse("example_multi_step,"))
+
+
+def test_the_summary_of_a_mix_is_per_environment_and_overall() -> None:
+    settings = new_settings(parse("a_env,b_env"))
+    records = [
+        {"task_index": i, "rollout_index": 0, "env": "a_env", "reward": 1.0, "metrics": {}, "error": None}
+        for i in range(3)
+    ] + [
+        {"task_index": MIX_STRIDE + i, "rollout_index": 0, "env": "b_env", "reward": 0.0, "metrics": {}, "error": None}
+        for i in range(2)
+    ]
+    records.append(
+        {
+            "task_index": MIX_STRIDE + 2,
+            "rollout_index": 0,
+            "env": "b_env",
+            "reward": None,
+            "metrics": {},
+            "error": {"type": "worker_lost", "message": "the actor died"},
+        }
+    )
+    metadata = run_metadata({"status": "finished"}, settings, None, 6, records, [])
+
+    by_env = metadata["summary"]["by_env"]
+    assert {name: s["rollouts"]["total"] for name, s in by_env.items()} == {"a_env": 3, "b_env": 3}
+    assert by_env["a_env"]["reward"]["avg"] == 1.0 and by_env["b_env"]["reward"]["avg"] == 0.0
+    assert by_env["b_env"]["errors_by_type"] == {"worker_lost": 1}
+    assert metadata["summary"]["reward"]["avg"] == pytest.approx(3 / 5)
+    text = format_summary(metadata)
+    assert "a_env: 3 rollouts · reward avg 1.000 · pass@1 1.000 · 0 errored" in text
+    assert "b_env: 3 rollouts · reward avg 0.000 · pass@1 0.000 · 1 errored" in text

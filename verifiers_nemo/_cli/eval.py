@@ -56,19 +56,20 @@ def _check_environment(settings: EvalSettings) -> None:
     from .._gym import get_environment
     from .._upstreams import unreproducible_reason
 
-    env = get_environment(settings.nemo_env)
-    own_recordings = "jsonl_path" in settings.env_args
-    if settings.policy == "replay" and not env.has_example_rollouts and not own_recordings:
-        raise ConfigurationError(
-            f"{env.name} has no recorded rollouts to replay ({env.example_rollouts_path} is missing or "
-            "empty); evaluate a model with -b URL -m MODEL instead."
-        )
-    reason = unreproducible_reason(env.name)
-    if settings.policy == "replay" and reason and not own_recordings:
-        raise ConfigurationError(
-            f"{env.name}'s recorded rollouts cannot be replayed: {reason} (marked † in `{PROG} envs`). "
-            "Evaluate a model on it instead: -b URL -m MODEL."
-        )
+    for name in settings.env_names:
+        env = get_environment(name)
+        own_recordings = "jsonl_path" in settings.env_args
+        if settings.policy == "replay" and not env.has_example_rollouts and not own_recordings:
+            raise ConfigurationError(
+                f"{env.name} has no recorded rollouts to replay ({env.example_rollouts_path} is missing or "
+                "empty); evaluate a model with -b URL -m MODEL instead."
+            )
+        reason = unreproducible_reason(env.name)
+        if settings.policy == "replay" and reason and not own_recordings:
+            raise ConfigurationError(
+                f"{env.name}'s recorded rollouts cannot be replayed: {reason} (marked † in `{PROG} envs`). "
+                "Evaluate a model on it instead: -b URL -m MODEL."
+            )
 
 
 def _run_eval(
@@ -163,11 +164,11 @@ def _run_eval(
         + (f"; saving to {folder.path}" if folder else "")
     )
     if settings.policy == "replay":
-        known = sorted({t.task_index for t in pending if unreproducible_reason(settings.nemo_env, t.task_index)})
+        known = sorted({t.task_index for t in pending if unreproducible_reason(*settings.origin(t.task_index))})
         for task_index in known:
             say(
                 f"note: the recording of task {task_index} is known not to reproduce "
-                f"({unreproducible_reason(settings.nemo_env, task_index)}); it is left out of the replay verdict."
+                f"({unreproducible_reason(*settings.origin(task_index))}); it is left out of the replay verdict."
             )
     interrupt = _Interrupt()
     # The first SIGINT/SIGTERM stops the run (finished rollouts kept, summary printed); once the loop is

@@ -47,16 +47,16 @@ class Progress:
         """Include a resumed run's earlier rollouts in the running mean and error count."""
         self._previous_rewards, self._previous_errors = rewards, errors
 
-    def stack_starting(self, env: str) -> None:
+    def stack_starting(self, what: str) -> None:
         from tqdm import tqdm
 
         self._started = time.monotonic()
         if not self.tty:
-            say(f"Starting the Gym stack for {env} ...")
+            say(f"Starting {what} ...")
             return
         self._bar = tqdm(
             total=None,
-            desc=f"Starting the Gym stack for {env}",
+            desc=f"Starting {what}",
             bar_format="{desc} {elapsed}",
             file=self.stream,
             leave=False,
@@ -70,7 +70,7 @@ class Progress:
 
     def stack_ready(self, seconds: float) -> None:
         self._close_bar()
-        say(f"Gym stack ready in {seconds:.1f}s")
+        say(f"Ready in {seconds:.1f}s")
 
     def rollouts_starting(self, total: int, done: int) -> None:
         from tqdm import tqdm

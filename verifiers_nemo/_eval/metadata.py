@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def slim_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """What the summary needs of a result record (a trace can be large)."""
-    keep = ("task_index", "rollout_index", "reward", "metrics", "usage", "timing", "error", "recorded_reward")
+    keep = ("task_index", "rollout_index", "env", "reward", "metrics", "usage", "timing", "error", "recorded_reward")
     return {k: record[k] for k in keep if k in record}
 
 
@@ -36,9 +36,18 @@ def run_metadata(
     )
     current = sessions[-1] if sessions else {}
     summary["timing"] = timing_summary(sessions, current.get("wall_s") or 0.0)
-    agreement = replay_agreement(records, known=lambda row: unreproducible_reason(settings.nemo_env, row))
+    agreement = replay_agreement(records, known=lambda index: unreproducible_reason(*settings.origin(index)))
     if agreement is not None:
         summary["replay"] = agreement
+    if len(settings.env_names) > 1:
+        summary["by_env"] = {
+            name: summarize(
+                [r for r in records if r.get("env") == name],
+                rollouts_per_example=settings.rollouts_per_example,
+                pass_threshold=settings.pass_threshold,
+            )
+            for name in settings.env_names
+        }
     judges = _judges_over(sessions)
     if judges:
         summary["judges"] = judges

@@ -40,6 +40,16 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         f"{rollouts['errored']} errored",
     )
     row("Reward", *(f"{name} {fmt(reward[name])}" for name in ("avg", "std", "min", "max")))
+    for position, (name, own) in enumerate((s.get("by_env") or {}).items()):
+        own_errors = sum(own["errors_by_type"].values())
+        first_pass = next(iter(own["pass_at_k"].items()), None)
+        row(
+            "  by env" if position == 0 else "",
+            f"{name}: {own['rollouts']['total']} rollouts",
+            f"reward avg {fmt(own['reward']['avg'])}",
+            *([f"pass@{first_pass[0]} {fmt(first_pass[1])}"] if first_pass else []),
+            f"{own_errors} errored",
+        )
     if len(s["reward_by_rollout_index"]) > 1:
         row("  by repeat", "[" + ", ".join(fmt(v) for v in s["reward_by_rollout_index"]) + "]")
     if s["pass_at_k"]:

@@ -4,6 +4,7 @@ and their results yielded. Progress goes to a small observer interface; the cons
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._exceptions import ConfigurationError
 from .results import Pair
-from .settings import EvalSettings, check_env_args
+from .settings import MIX_STRIDE, EvalSettings, check_env_args
 
 if TYPE_CHECKING:
     from .._endpoint import Endpoint
@@ -26,7 +27,8 @@ if TYPE_CHECKING:
 class RunObserver(Protocol):
     """What the eval reports while it runs (the CLI draws it)."""
 
-    def stack_starting(self, env: str) -> None: ...
+    def stack_starting(self, what: str) -> None:
+        """``what``: e.g. "the Gym stack for example_multi_step"."""
 
     def stack_ready(self, seconds: float) -> None: ...
 
@@ -58,6 +60,8 @@ class Evaluation:
         self._api_key: str | None = None
         self.use_api_key(api_key)
         self.env: NeMoGymEnv | None = None
+        """The (first) environment."""
+        self.envs: list[NeMoGymEnv] = []
         self.tasks: list[Task] = []
         self._replay: ReplayUpstream | None = None
         self.pool: NeMoGymPool | None = None
@@ -69,9 +73,10 @@ class Evaluation:
         """Judge name → where its calls went, how many, failed, tokens (this session)."""
 
     def load(self) -> list[Task]:
-        """Build the environment's taskset and harness (raises ConfigurationError on bad input)."""
-        from .._environment import load_environment
+        """Build the environments' tasksets and harnesses (raises ConfigurationError on bad input).
 
+        A mix of environments (or ``--ray``) runs on a ``NeMoGymPool``: one stack per environment here, or
+        Ray actors; the tasks of environment ``i`` are numbered from ``i * MIX_STRIDE``."""
         s = self.settings
         args = {k: v for k, v in s.env_args.items() if k != "nemo_env"}
         check_env_args(args)
@@ -80,9 +85,40 @@ class Evaluation:
                 "-a dataset picks the tasks for a model endpoint (add -b URL); the replay policy runs the "
                 "recorded rollouts (or the recordings in -a jsonl_path)."
             )
+        names = s.env_names
+        if len(names) > 1 and ({"dataset", "jsonl_path"} & set(args)):
+            raise ConfigurationError(
+                "-a dataset/jsonl_path name one environment's data; run the environments of a mix on their "
+                "packaged data, or evaluate one environment at a time."
+            )
+        self.envs = [self._load_env(name, args) for name in names]
+        self.env = self.envs[0]
+        if s.ray is not None or len(names) > 1:
+            self.pool = self._make_pool(args)
+        self.tasks = []
+        for position, env in enumerate(self.envs):
+            if s.policy == "replay":
+                from .._upstreams import replay_tasks
+
+                own = replay_tasks(env.taskset)
+            else:
+                own = list(env.taskset)
+            if not own:
+                raise ConfigurationError(f"{env.name}: the dataset has no tasks.")
+            if len(names) > 1:
+                own = [dataclasses.replace(t, task_index=position * MIX_STRIDE + t.task_index) for t in own]
+            self.tasks.extend(own)
+        if s.policy == "replay":
+            self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks}
+        return self.tasks
+
+    def _load_env(self, name: str, args: dict[str, Any]) -> NeMoGymEnv:
+        from .._environment import load_environment
+
+        s = self.settings
         try:
-            self.env = load_environment(
-                s.nemo_env,
+            return load_environment(
+                name,
                 recorded=s.policy == "replay",
                 num_examples=s.num_examples,
                 rollouts_per_example=s.rollouts_per_example,
@@ -93,22 +129,10 @@ class Evaluation:
             )
         except TypeError as exc:  # an env arg of the wrong kind
             raise ConfigurationError(f"-a: {exc}") from None
-        if s.ray is not None:
-            self.pool = self._make_pool(args)
-        if s.policy == "replay":
-            from .._upstreams import replay_tasks
-
-            self.tasks = replay_tasks(self.env.taskset)
-            self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks}
-        else:
-            self.tasks = list(self.env.taskset)
-        if not self.tasks:
-            raise ConfigurationError(f"{s.nemo_env}: the dataset has no tasks.")
-        return self.tasks
 
     @property
     def harness(self) -> NeMoGymHarness | NeMoGymPool:
-        """What runs the rollouts: the Ray pool, else the environment's harness."""
+        """What runs the rollouts: the pool (a mix, or Ray), else the environment's harness."""
         assert self.env is not None, "load() first"
         return self.pool if self.pool is not None else self.env.harness
 
@@ -122,7 +146,7 @@ class Evaluation:
         accepted = set(inspect.signature(NeMoGymHarness.__init__).parameters) - {"self", "taskset", "nemo_env"}
         harness_args = {k: v for k, v in env_args.items() if k in accepted}
         return NeMoGymPool(
-            s.nemo_env,
+            s.env_names,
             ray=s.ray,
             workers=s.workers,
             cpus_per_stack=s.cpus_per_stack,
@@ -177,18 +201,22 @@ class Evaluation:
         Replay with no judge given: the replay server (started here) answers judge calls from the
         recorded judge I/O too."""
         assert self.env is not None, "load() first"
-        if self.settings.policy == "replay" and not self.env.harness.has_judge:
-            from .._judge import ANY_JUDGE
+        if self.settings.policy == "replay" and self.pool is not None:
+            # Each worker of the pool replays its environment's tasks (and their judge calls) on a server
+            # of its own; the environments' harnesses, never started then, get that address only to check.
+            self.pool.use_replay(self.tasks)
+        external: list[str] = []
+        for env in self.envs:
+            if self.settings.policy == "replay" and not env.harness.has_judge:
+                from .._judge import ANY_JUDGE
 
-            if self.pool is not None:
-                # Each Ray actor replays its tasks (and their judge calls) on a server of its own; the
-                # local harness, never started under Ray, is given that server's address only to check.
-                self.pool.use_replay(self.tasks)
-                judge = self._replay_placeholder()
-            else:
-                judge = self._replay_server(self.tasks).judge_endpoint()
-            self.env.harness.set_judge({ANY_JUDGE: judge})
-        return self.env.harness.check()
+                if self.pool is not None:
+                    judge = self._replay_placeholder()
+                else:
+                    judge = self._replay_server(self.tasks).judge_endpoint()
+                env.harness.set_judge({ANY_JUDGE: judge})
+            external.extend(env.harness.check())
+        return tuple(external)
 
     @staticmethod
     def _replay_placeholder() -> Endpoint:
@@ -220,7 +248,13 @@ class Evaluation:
     async def start(self, observer: RunObserver) -> None:
         """Start the Gym stack (shown as its own step)."""
         assert self.env is not None, "load() first"
-        observer.stack_starting(self.settings.nemo_env)
+        s = self.settings
+        names = ", ".join(s.env_names)
+        if s.ray is not None:
+            workers = f"{s.workers} Ray actors each" if s.workers else "a Ray actor per node each"
+            observer.stack_starting(f"the Gym stacks for {names} ({workers}; Ray: {s.ray})")
+        else:
+            observer.stack_starting(f"the Gym stack{'s' if len(s.env_names) > 1 else ''} for {names}")
         started = time.monotonic()
         await self.harness.astart()
         self.timing.stack_start_s = time.monotonic() - started
@@ -260,8 +294,8 @@ class Evaluation:
             self._replay = None
         if self.pool is not None:
             await self.pool.aclose()
-        if self.env is not None:
-            await self.env.harness.aclose()
+        for env in self.envs:
+            await env.harness.aclose()
 
     def record_of(self, result: RolloutResult) -> dict[str, Any]:
         """The ``results.jsonl`` line of a result (a replay's also carries the recorded reward)."""

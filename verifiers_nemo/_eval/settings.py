@@ -16,6 +16,9 @@ Policy = Literal["replay", "endpoint"]
 ENV_PACKAGE = "nemo-gym-env"
 """The installable environment package; its Gym environment comes from ``env_args["nemo_env"]``."""
 REPLAY_MODEL = "replay"
+MIX_STRIDE = 1_000_000
+"""In a run of several environments, the task index of row ``r`` of the ``i``-th one is ``i * MIX_STRIDE + r``:
+unique across the mix and the same in every session (resume)."""
 
 # Arguments the eval command sets itself; env args may not set them.
 _OWNED_ARGS = frozenset({"num_examples", "rollouts_per_example", "recorded", "timeout", "taskset", "root"})
@@ -54,6 +57,18 @@ class EvalSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def env_names(self) -> list[str]:
+        """The Gym environments of the run: one, or a mix (``nemo_env`` ``a,b``)."""
+        return self.nemo_env.split(",")
+
+    def origin(self, task_index: int) -> tuple[str, int]:
+        """The environment and row of a task index (a mix numbers env ``i``'s rows from ``i * MIX_STRIDE``)."""
+        names = self.env_names
+        if len(names) == 1:
+            return names[0], task_index
+        return names[task_index // MIX_STRIDE], task_index % MIX_STRIDE
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EvalSettings:
@@ -108,7 +123,8 @@ def check_env_args(env_args: Mapping[str, Any]) -> None:
 
 
 def resolve_nemo_env(env: str, env_args: Mapping[str, Any]) -> str:
-    """The Gym environment an ENV argument names (``nemo-gym-env`` reads ``env_args["nemo_env"]``)."""
+    """The Gym environment(s) an ENV argument names (``nemo-gym-env`` reads ``env_args["nemo_env"]``;
+    ``a,b`` is a mix of environments in one run)."""
     if env in (ENV_PACKAGE, ENV_PACKAGE.replace("-", "_")):
         nemo_env = env_args.get("nemo_env")
         if not isinstance(nemo_env, str) or not nemo_env:
@@ -116,10 +132,16 @@ def resolve_nemo_env(env: str, env_args: Mapping[str, Any]) -> str:
                 f'{env} needs the Gym environment to run: pass -a \'{{"nemo_env": "example_multi_step"}}\' '
                 "(`verifiers-nemo envs` lists them)."
             )
-        return nemo_env
-    if "nemo_env" in env_args and env_args["nemo_env"] != env:
+        env = nemo_env
+    elif "nemo_env" in env_args and env_args["nemo_env"] != env:
         raise ConfigurationError(
             f"-a sets nemo_env={env_args['nemo_env']!r} but ENV is {env!r}; name one environment "
             f"(use ENV {ENV_PACKAGE} with -a nemo_env, or drop nemo_env from -a)."
         )
-    return env
+    names = [name.strip() for name in env.split(",")]
+    if not all(names) or len(set(names)) != len(names):
+        raise ConfigurationError(
+            f"ENV {env!r}: name each environment once, separated by commas (e.g. example_multi_step,"
+            "example_single_tool_call)."
+        )
+    return ",".join(names)
