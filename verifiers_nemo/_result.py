@@ -36,6 +36,8 @@ class RolloutResult:
     """The policy calls of this rollout in order (``PolicyCall`` objects), token IDs included."""
     error: RolloutError | None = None
     gym_result: dict[str, Any] | None = None
+    worker: str | None = None
+    """Where the rollout ran when not in this process: ``ray:<node id>:<pid>`` of its Ray actor."""
 
     @property
     def ok(self) -> bool:
@@ -58,6 +60,8 @@ class RolloutResult:
             "timing": self.timing,
             "error": self.error.to_dict() if self.error else None,
         }
+        if self.worker is not None:
+            out["worker"] = self.worker
         if include_trace:
             out["trace"] = [_call_to_dict(call) for call in self.trace]
         if include_gym_result:

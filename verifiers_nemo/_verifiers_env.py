@@ -207,6 +207,11 @@ class GymHarnessConfig(vf.HarnessConfig):
     judge_api_key_var: str | None = None
     """NAME of the environment variable holding the judge's API key (default ``OPENAI_API_KEY``)."""
     judge_api: Literal["responses", "chat"] = "responses"
+    ray: str | None = None
+    """Run the Gym stacks on Ray actors: ``local`` (a cluster started here) or a cluster's address. The
+    actors call verifiers' interception server, so they must reach it (actors on this machine do)."""
+    ray_workers: int | None = Field(None, ge=1)
+    """Ray actors (Gym stacks); default one per live node."""
 
     def judge_endpoint(self) -> Endpoint | None:
         """The judge as an ``Endpoint`` (its key read now), or None when none is configured."""
@@ -295,6 +300,7 @@ def _outcome(result: RolloutResult) -> dict[str, Any]:
         "agent": result.agent,
         "policy_calls": len(result.trace),
         "timing": result.timing,
+        "worker": result.worker,
     }
 
 
@@ -392,14 +398,19 @@ async def _shared_harness(
     with _registry_lock:
         entry = _registry.get(nemo_env)
         if entry is None:
-            harness = NeMoGymHarness(
-                nemo_env,
-                gym_python=gym_python,
-                isolated_venvs=config.isolated_venvs,
-                max_steps=config.max_steps,
-                timeout=config.timeout,
-                judge=config.judge_endpoint(),
-            )
+            options: dict[str, Any] = {
+                "gym_python": gym_python,
+                "isolated_venvs": config.isolated_venvs,
+                "max_steps": config.max_steps,
+                "timeout": config.timeout,
+                "judge": config.judge_endpoint(),
+            }
+            if config.ray is not None:
+                from ._scale import NeMoGymPool
+
+                harness: Any = NeMoGymPool(nemo_env, ray=config.ray, workers=config.ray_workers, **options)
+            else:
+                harness = NeMoGymHarness(nemo_env, **options)
             entry = (harness, 0)
         harness, refs = entry
         _registry[nemo_env] = (harness, refs + 1 if start else refs)

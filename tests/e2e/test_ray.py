@@ -119,6 +119,7 @@ async def test_a_mixed_replay_over_actors_on_both_nodes_gives_each_environment_i
         got = {r.task_index: r.reward for r in results if r.env == env}
         assert got == {t.task_index: float(t.recorded_reward) for t in replays[env]}, env
     assert sum(w["done"] for w in pool.workers) == len(mixed)
+    assert {r.worker.split(":")[1] for r in results} == {n[:8] for n in nodes}  # type: ignore[union-attr]
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -111,10 +111,11 @@ def _reward(trace: dict) -> float | None:
 # -- replay through verifiers ------------------------------------------------------------------------
 
 
-async def test_vf_eval_replay_reproduces_recorded_rewards(vf_python: Path, tmp_path: Path) -> None:
+async def test_vf_eval_replay_on_ray_actors_reproduces_recorded_rewards(vf_python: Path, tmp_path: Path) -> None:
     """`verifiers-nemo replay-server ENV` (from the verifiers venv) is the model; vf-eval runs the
     recorded rows (multi-step tool use, each row named to the server in a header that verifiers'
-    interception forwards); every recorded reward comes back."""
+    interception forwards) on a Gym stack owned by a Ray actor (a cluster started for the run, with the
+    verifiers venv's own Ray); every recorded reward comes back."""
     nemo_env = "example_multi_step"
     recorded = replay_tasks(NeMoGymTaskset(nemo_env, recorded=True))
     port_file = tmp_path / "replay.url"
@@ -142,6 +143,10 @@ async def test_vf_eval_replay_reproduces_recorded_rewards(vf_python: Path, tmp_p
             nemo_env,
             "--env.taskset.recorded",
             "true",
+            "--env.agent.harness.ray",
+            "local",
+            "--env.agent.harness.ray-workers",
+            "1",
             "-c",
             "8",
         )
@@ -157,6 +162,8 @@ async def test_vf_eval_replay_reproduces_recorded_rewards(vf_python: Path, tmp_p
         assert trace["ok"], trace["errors"]
         assert _reward(trace) == pytest.approx(float(task.recorded_reward)), f"row {row}"
         assert trace["calls"], "verifiers' interception recorded no model call"
+    workers = {trace["info"]["nemo_gym"]["worker"] for trace in traces}
+    assert len(workers) == 1 and next(iter(workers)).startswith("ray:"), workers  # one Ray actor ran them all
 
 
 # -- a judge-scored environment through verifiers ------------------------------------------------------

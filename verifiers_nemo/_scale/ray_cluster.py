@@ -56,9 +56,11 @@ class RayWorker:
         self.env = env
         self.node_id = node_id
         self.label = f"Ray actor on node {node_id[:8]}"
+        self.name = f"ray:{node_id[:8]}"
 
     async def start(self, secrets: Sequence[str], replay_tasks: Sequence[Task] | None) -> dict[str, Any]:
         info = await self.actor.start.remote(list(secrets), list(replay_tasks) if replay_tasks is not None else None)
+        self.name = f"ray:{self.node_id[:8]}:{info['pid']}"
         return {**info, "node_id": self.node_id}
 
     async def rollout(
@@ -66,13 +68,14 @@ class RayWorker:
     ) -> RolloutResult:
         ray = _ray()
         try:
-            return await self.actor.rollout.remote(task, endpoint, sampling_args, timeout)
+            result = await self.actor.rollout.remote(task, endpoint, sampling_args, timeout)
         except ray.exceptions.RayActorError as exc:
             raise WorkerLost(f"the {self.label} died during the rollout: {_first_line(exc)}") from None
         except ray.exceptions.RayError as exc:  # the rollout raised in the actor: not expected, but typed
             result = RolloutResult(task_index=task.task_index, rollout_index=task.rollout_index, env=self.env)
             result.error = RolloutError(f"the {self.label} failed the rollout: {_first_line(exc)}")
-            return result
+        result.worker = self.name
+        return result
 
     async def judge_calls(self) -> dict[str, list[Any]]:
         ray = _ray()
