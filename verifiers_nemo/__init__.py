@@ -4,6 +4,7 @@ The public API is what this module exports; every other module is private.
 
 * ``NeMoGymTaskset`` / ``Task`` - a packaged Gym environment's JSONL tasks, or any JSONL file.
 * ``NeMoGymHarness`` - runs tasks as rollouts through one shared real Gym stack per process.
+* ``NeMoGymPool`` - the same over several stacks: a mix of environments, or Ray actors on many nodes.
 * ``Endpoint`` - the OpenAI-compatible inference server (Responses or Chat Completions) of a rollout.
 * ``RolloutResult`` / ``PolicyCall`` / ``check_contiguity`` - what a rollout returns: reward, metrics,
   completion, the per-call trace with token IDs and logprobs, usage, timing, a typed error.
@@ -41,6 +42,7 @@ from ._exceptions import (
     UpstreamProtocolError,
     UpstreamTimeout,
     VerifiersNemoError,
+    WorkerLost,
 )
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from ._harness import NeMoGymHarness
     from ._result import RolloutResult
     from ._routing import PolicyCall, ProxyConfig, RoutingProxy, check_contiguity
+    from ._scale import NeMoGymPool
     from ._tasks import NeMoGymTaskset, Task
     from ._upstreams import FunctionUpstream, ReplayUpstream, Upstream
 
@@ -60,6 +63,7 @@ _LAZY = {
     "GymEnvironment": "._gym",
     "NeMoGymEnv": "._environment",
     "NeMoGymHarness": "._harness",
+    "NeMoGymPool": "._scale",
     "NeMoGymTaskset": "._tasks",
     "PolicyCall": "._routing",
     "ProxyConfig": "._routing",
@@ -96,6 +100,7 @@ __all__ = [
     "MissingRequirementsError",
     "NeMoGymEnv",
     "NeMoGymHarness",
+    "NeMoGymPool",
     "NeMoGymTaskset",
     "PolicyCall",
     "ProxyConfig",
@@ -117,6 +122,7 @@ __all__ = [
     "UpstreamProtocolError",
     "UpstreamTimeout",
     "VerifiersNemoError",
+    "WorkerLost",
     "check_contiguity",
     "get_environment",
     "list_environments",

@@ -18,6 +18,7 @@
         │   └── UpstreamInternalError          "upstream_internal"
         ├── GymAgentError                      "gym_agent"
         ├── GymServerDown                      "gym_server_down"
+        ├── WorkerLost                         "worker_lost"
         └── InvalidResult                      "invalid_result"
 
 The ``ConfigurationError``/runtime branch is raised to the caller (one clear message naming the
