@@ -1,7 +1,7 @@
 """Run every benchmark under bench/ and print one summary table with the targets of issue 7.
 
-    .venv/bin/python bench/run_all.py            # everything, about 10 minutes on 2 CPUs
-    .venv/bin/python bench/run_all.py --quick    # a smoke run with small counts (about 4 minutes)
+    .venv/bin/python bench/run_all.py            # everything, about 13 minutes on 2 CPUs (bench_ray: 3.5)
+    .venv/bin/python bench/run_all.py --quick    # a smoke run with small counts (about 7 minutes; bench_ray: 2.5-3)
     .venv/bin/python bench/run_all.py --only throughput,proxy --all-envs
 
 Each benchmark runs as its own subprocess, one after the other, and its own tables are shown as they
@@ -65,6 +65,7 @@ STEPS = [
     Step("stack", "bench_stack.py", ["--repeats", "1"], ["--repeats", "1"]),
     Step("start_profile", "bench_start_profile.py", ["--repeats", "2"], ["--repeats", "1"]),
     Step("taskset", "bench_taskset.py", [], ["--rows", "100000"]),
+    Step("ray", "bench_ray.py", ["--actors", "1,2,4"], ["--actors", "1,2,4", "--quick"]),
 ]
 EXTRA_ENVS = "example_single_tool_call,example_multi_step,example_session_state_mgmt"
 
@@ -239,6 +240,30 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
     elif ts is not None:
         t.section("taskset")
         t.add("bench_taskset.py", ts)
+
+    ry = results.get("ray")
+    if isinstance(ry, dict) and ry.get("runs"):
+        first = ry["runs"][0]
+        t.section(f"Ray actors, {ry['args']['latency_ms']} ms upstream, {ry['args']['per_actor']} in flight per actor "
+                  "(rollouts/s; ideal k x P / (m x L))")  # fmt: skip
+        for r in ry["runs"]:
+            s = r["slow"]
+            t.add(f"{r['actors']} actor(s) (start {r['start_s']:.1f} s, errors {sum(s['errors'].values())})",
+                  f"{s['rate']:.1f}", f"ideal {s['ideal']:.1f}", f"{s['rate'] / first['slow']['rate']:.2f}x",
+                  f"linear: {r['actors'] / first['actors']:.2f}x")  # fmt: skip
+        t.section("Ray driver CPU per result, instant upstream (ms; all threads / event loop)")
+        for r in ry["runs"]:
+            c = r["fast"]["cpu_ms_per_result"]
+            t.add(f"{r['actors']} actor(s), {r['fast']['rate']:.1f} results/s",
+                  f"{c['driver']:.2f} / {c['driver main thread']:.2f}")  # fmt: skip
+        ex = ry.get("extrapolation")
+        if ex:
+            t.add("one event loop's ceiling at 1,000 actors (results/s)", f"{1000 / ex['loop_ms_at_1000']:,.0f}")
+        left = ry.get("cleanup_left", [])
+        t.add("processes of the run left after clean-up", str(len(left)), "", "", "0", met(not left))
+    elif ry is not None:
+        t.section("Ray actors")
+        t.add("bench_ray.py", str(ry))
 
     print(f"\n{'=' * 100}")
     print(
