@@ -27,7 +27,7 @@ loop: one core at most) are read from ``/proc`` before and after, divided by the
 also net of each process's idle CPU (measured for ``--idle-seconds`` with the pool up, nothing running).
 The CPU of the other processes involved (Ray's local head: gcs_server, raylet, idle workers; the actor
 processes; their Gym stacks; the upstream) is read the same way, for scale. (3) The pool's own choice
-of a worker (``_seat_for``, a scan of every seat) is timed with 1 to 1,000 stub seats, and the
+of a worker (``Seats.take``/``give_back``: seats bucketed by load) is timed with 1 to 1,000 stub seats, and the
 extrapolation to 1,000 actors is printed: driver CPU a result x cluster result rate.
 
 Clean-up is checked at the end: every process seen under this one (the actors, their Gym stacks and
@@ -248,19 +248,22 @@ async def bench_actors(k: int, args: argparse.Namespace, port: int, upstream_pid
 
 
 def dispatch_cost(sizes: list[int], repeats: int = 500, rounds: int = 5) -> dict[int, float]:
-    """Microseconds the pool spends choosing a worker (``_seat_for``) with ``n`` live seats (best of
-    ``rounds``: the machine's other load only ever adds)."""
-    from verifiers_nemo._scale.pool import _Seat
+    """Microseconds the pool spends choosing a worker and giving it back (``Seats.take``/``give_back``)
+    with ``n`` live seats of one environment (best of ``rounds``: the machine's other load only ever adds)."""
+    from verifiers_nemo._scale.seats import Seat, Seats
 
     out = {}
     for n in sizes:
-        pool = NeMoGymPool(ENV, ray=True, workers=n)
-        pool._seats = [_Seat(SimpleNamespace(env=ENV, label="stub"), in_flight=i % 7) for i in range(n)]  # type: ignore[arg-type]
+        seats = Seats()
+        for i in range(n):
+            seats.add(Seat(SimpleNamespace(env=ENV, label="stub"), in_flight=i % 7))  # type: ignore[arg-type]
         best = float("inf")
         for _ in range(rounds):
             started = time.perf_counter()
             for _ in range(repeats):
-                pool._seat_for(ENV, [])
+                seat = seats.take()
+                assert seat is not None
+                seats.give_back(seat)
             best = min(best, (time.perf_counter() - started) / repeats * 1e6)
         out[n] = best
     return out
@@ -326,7 +329,7 @@ def print_report(figures: dict[str, Any], args: argparse.Namespace) -> None:
     print("  Ray local head = gcs_server, raylet, idle Ray workers (here only because the cluster is local)")
 
     dc = figures["dispatch_us"]
-    print("\n[3] Choosing a worker (pool._seat_for, a scan of every seat), µs per rollout by seats: "
+    print("\n[3] Choosing a worker (Seats.take + give_back, seats bucketed by load), µs per rollout by seats: "
           + ", ".join(f"{n}: {us:.1f}" for n, us in dc.items()))  # fmt: skip
 
     if runs:

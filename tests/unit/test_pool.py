@@ -106,7 +106,7 @@ class FakeWorker:
 
     async def start(self, secrets: Sequence[str], replay_tasks: Any) -> dict[str, Any]:
         self.started_with = (list(secrets), replay_tasks)
-        return {"env": self.env, "judges": {}}
+        return {"env": self.env, "judges": {"judge_model": "a judge"}}
 
     async def rollout(self, t: Task, ep: Endpoint | None, sampling_args: Any, timeout: Any) -> RolloutResult:
         self.calls.append(t.task_index)

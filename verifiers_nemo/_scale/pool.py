@@ -8,7 +8,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .._dispatch import EndpointChoice, EndpointPicker, check_concurrency, stream_rollouts
@@ -18,19 +17,9 @@ from .._result import RolloutResult
 from .._tasks import Task
 from .handles import LocalWorker, WorkerHandle
 from .ray_cluster import RayCluster, RayPlacement
+from .seats import Seat, Seats
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Seat:
-    """A worker as the dispatcher sees it."""
-
-    handle: WorkerHandle
-    in_flight: int = 0
-    done: int = 0
-    alive: bool = True
-    info: dict[str, Any] | None = None
 
 
 class NeMoGymPool:
@@ -75,7 +64,8 @@ class NeMoGymPool:
         self._secrets = {s for s in secrets if s}
         self._replay_tasks: dict[str, list[Task]] | None = None
         self._cluster: RayCluster | None = None
-        self._seats: list[_Seat] = []
+        self._seats: list[Seat] = []
+        self._live: dict[str, Seats] = {}
         self._started = False
         self._start_lock = asyncio.Lock()
         self._judge_calls: dict[str, list[Any]] = {}
@@ -117,7 +107,7 @@ class NeMoGymPool:
                 return self
             if self._closed:
                 raise RuntimeError("this NeMoGymPool is closed")
-            self._seats = [_Seat(handle) for handle in await self._make_handles()]
+            self._seats = [Seat(handle) for handle in await self._make_handles()]
             started = time.monotonic()
             infos = await asyncio.gather(
                 *(
@@ -135,6 +125,7 @@ class NeMoGymPool:
                 raise failures[0]
             for seat, info in zip(self._seats, infos, strict=True):
                 seat.info = info  # type: ignore[assignment]
+                self._live.setdefault(seat.handle.env, Seats()).add(seat)
                 self._judge_labels.update(info.get("judges") or {})  # type: ignore[union-attr]
             self._started = True
             logger.info("%d Gym stacks started in %.1fs", len(self._seats), time.monotonic() - started)
@@ -151,6 +142,7 @@ class NeMoGymPool:
         """Stop every worker's stack (and the Ray actors; a Ray cluster started here too). Idempotent."""
         self._closed = True
         seats, self._seats = self._seats, []
+        self._live.clear()
         await asyncio.gather(*(seat.handle.stop() for seat in seats), return_exceptions=True)
         if self._cluster is not None:
             cluster, self._cluster = self._cluster, None
@@ -174,11 +166,6 @@ class NeMoGymPool:
             f"({', '.join(self.env_args)})."
         )
 
-    def _seat_for(self, env: str, avoid: Sequence[_Seat]) -> _Seat | None:
-        live = [seat for seat in self._seats if seat.alive and seat.handle.env == env]
-        preferred = [seat for seat in live if seat not in avoid] or live
-        return min(preferred, key=lambda seat: seat.in_flight, default=None)
-
     async def rollout(
         self,
         task: Task,
@@ -190,24 +177,26 @@ class NeMoGymPool:
         worker dies. Never raises for a rollout failure (the result carries a typed error)."""
         await self.astart()
         env = self._env_of(task)
-        tried: list[_Seat] = []
+        tried: list[Seat] = []
         lost: WorkerLost | None = None
+        seats = self._live.get(env) or Seats()
         for _attempt in range(2):
-            seat = self._seat_for(env, tried)
+            seat = seats.take(avoid=tried)
             if seat is None:
                 break
-            seat.in_flight += 1
             try:
                 result = await seat.handle.rollout(task, endpoint, sampling_args, timeout)
                 seat.done += 1
                 return result
             except WorkerLost as exc:
                 if seat.alive:
+                    seats.drop(seat)
                     seat.alive = False
                     logger.warning("%s (%s) is gone: %s", seat.handle.label, env, exc)
-                lost, _ = exc, tried.append(seat)
+                lost = exc
+                tried.append(seat)
             finally:
-                seat.in_flight -= 1
+                seats.give_back(seat)
         result = RolloutResult(
             task_index=task.task_index,
             rollout_index=task.rollout_index,
@@ -256,7 +245,7 @@ class NeMoGymPool:
     # -- judges ----------------------------------------------------------------------------------
 
     async def _collect_judge_calls(self) -> None:
-        live = [seat for seat in self._seats if seat.alive]
+        live = [seat for seat in self._seats if seat.alive and (seat.info or {}).get("judges")]
         batches = await asyncio.gather(*(seat.handle.judge_calls() for seat in live), return_exceptions=True)
         for batch in batches:
             if isinstance(batch, dict):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._endpoint import Endpoint
-from .._exceptions import ConfigurationError, RolloutError, WorkerLost
+from .._exceptions import ConfigurationError, RolloutError, VerifiersNemoError, WorkerLost
 from .._result import RolloutResult
 from .._tasks import Task
 
@@ -59,7 +59,12 @@ class RayWorker:
         self.name = f"ray:{node_id[:8]}"
 
     async def start(self, secrets: Sequence[str], replay_tasks: Sequence[Task] | None) -> dict[str, Any]:
-        info = await self.actor.start.remote(list(secrets), list(replay_tasks) if replay_tasks is not None else None)
+        ray = _ray()
+        try:
+            info = await self.actor.start.remote(list(secrets), None if replay_tasks is None else list(replay_tasks))
+        except ray.exceptions.RayTaskError as exc:
+            cause = exc.cause  # e.g. a judge env given no judge: the same error as without Ray
+            raise (cause if isinstance(cause, VerifiersNemoError) else exc) from None
         self.name = f"ray:{self.node_id[:8]}:{info['pid']}"
         return {**info, "node_id": self.node_id}
 
