@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .._exceptions import GymRuntimeError, MissingRequirementsError, StackStartError
@@ -102,8 +103,8 @@ def server_venvs(
     if isolated_venvs:
         return dict.fromkeys(missing)
     by_name = {i.name: i for i in instances}
-    venvs: dict[str, Path | None] = {}
-    for server in missing:
+
+    def install(server: str) -> Path:
         instance = by_name[server]
         try:
             env = ensure_derived_env(
@@ -112,9 +113,16 @@ def server_venvs(
         except GymRuntimeError as exc:
             python = str(runtime.python)
             raise MissingRequirementsError(name, python, {server: missing[server]}, reason=str(exc)) from None
-        venvs[server] = env.path
-    return venvs
+        return env.path
 
+    # Several servers' environments are built at once (uv is mostly waiting on downloads and the disk).
+    with ThreadPoolExecutor(max_workers=max(1, min(INSTALLS_AT_ONCE, len(missing)))) as pool:
+        paths = dict(zip(missing, pool.map(install, list(missing)), strict=True))
+    return dict(paths)
+
+
+INSTALLS_AT_ONCE = 4
+"""Derived environments one stack start builds at the same time."""
 
 INSTALLED, CACHED, TO_INSTALL = "installed", "cached", "to install"
 """What ``requirement_states`` says of a requirement set: the runtime has it, its derived environment is
