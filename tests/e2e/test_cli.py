@@ -67,17 +67,28 @@ class SynonymPolicy:
     rollouts is fixed whatever the order in which rollouts arrive.
     """
 
-    def __init__(self, examples: list[str], correct: list[int], delay: float = 0.0) -> None:
+    def __init__(self, examples: list[str], correct: list[int], delay: float = 0.0, replicas: int = 1) -> None:
         self.examples = {text: index for index, text in enumerate(examples)}
         self.correct = correct
         self.delay = delay
+        self.replicas = replicas
         self.first_calls: Counter[int] = Counter()
+        self.calls_by_port: Counter[int] = Counter()
         self._runner: web.AppRunner | None = None
-        self.port = 0
+        self.ports: list[int] = []
+
+    @property
+    def port(self) -> int:
+        return self.ports[0]
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def base_urls(self) -> str:
+        """Every replica (one server, several ports: one shared state), as ``-b`` takes them."""
+        return ",".join(f"http://127.0.0.1:{port}/v1" for port in self.ports)
 
     async def __aenter__(self) -> SynonymPolicy:
         app = web.Application()
@@ -85,9 +96,9 @@ class SynonymPolicy:
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        for _ in range(self.replicas):
+            await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.ports = [int(address[1]) for address in self._runner.addresses]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -98,6 +109,7 @@ class SynonymPolicy:
         return web.json_response({"object": "list", "data": [{"id": "fake/policy-1", "object": "model"}]})
 
     async def _responses(self, request: web.Request) -> web.Response:
+        self.calls_by_port[int(request.transport.get_extra_info("sockname")[1])] += 1  # type: ignore[union-attr]
         body = await request.json()
         items = body["input"]
         if self.delay:
@@ -199,10 +211,11 @@ def _expected_pass(correct: list[int], n: int) -> tuple[dict[str, float], dict[s
 
 
 async def test_scripted_upstream_gives_the_right_pass_at_k(tmp_path: Path, example_prompts: list[str]) -> None:
+    """Over two replicas of the model (-b URL1,URL2): each gets its share of the calls."""
     correct = [4, 3, 2, 1, 0]
-    async with SynonymPolicy(example_prompts, correct) as policy:
+    async with SynonymPolicy(example_prompts, correct, replicas=2) as policy:
         code, out, err = await _cli(
-            "eval", ENV, "-b", policy.base_url, "-m", "fake/policy-1", "-n", "5", "-r", "4", "-c", "8", "-s",
+            "eval", ENV, "-b", policy.base_urls, "-m", "fake/policy-1", "-n", "5", "-r", "4", "-c", "8", "-s",
             "-o", str(tmp_path / "out"), "-T", "0.7", cwd=tmp_path,
         )  # fmt: skip
 
@@ -224,6 +237,8 @@ async def test_scripted_upstream_gives_the_right_pass_at_k(tmp_path: Path, examp
     assert "pass@1 0.500 · pass@2 0.667 · pass@4 0.800" in out
     assert "pass^1 0.500 · pass^2 0.333 · pass^4 0.200" in out
     assert policy.first_calls == Counter({i: 4 for i in range(5)})
+    assert sorted(policy.calls_by_port) == sorted(policy.ports)
+    assert min(policy.calls_by_port.values()) >= 10  # of 40 calls: spread, least loaded first
 
 
 async def test_interrupted_run_resumes_exactly_the_missing_rollouts(tmp_path: Path, example_prompts: list[str]) -> None:

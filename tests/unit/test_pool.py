@@ -296,3 +296,16 @@ def test_the_summary_of_a_mix_is_per_environment_and_overall() -> None:
     text = format_summary(metadata)
     assert "a_env: 3 rollouts · reward avg 1.000 · pass@1 1.000 · 0 errored" in text
     assert "b_env: 3 rollouts · reward avg 0.000 · pass@1 0.000 · 1 errored" in text
+
+
+def test_b_takes_several_replicas_each_checked() -> None:
+    from verifiers_nemo._eval import PreflightError, base_urls
+
+    assert base_urls("http://127.0.0.1:8000/v1/, http://127.0.0.1:8001/v1") == [
+        "http://127.0.0.1:8000/v1",
+        "http://127.0.0.1:8001/v1",
+    ]
+    with pytest.raises(PreflightError, match="no http:// or https:// scheme"):
+        base_urls("http://127.0.0.1:8000/v1,127.0.0.1:8001/v1")
+    with pytest.raises(PreflightError, match="-b is empty"):
+        base_urls(" , ")

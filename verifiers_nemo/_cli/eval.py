@@ -82,7 +82,7 @@ def _run_eval(
     from .._eval import (
         Evaluation,
         PreflightError,
-        check_base_url,
+        base_urls,
         dedupe_records,
         preflight,
         read_results,
@@ -96,7 +96,7 @@ def _run_eval(
     try:
         if settings.policy == "endpoint":
             assert settings.base_url is not None
-            settings.base_url = check_base_url(settings.base_url)
+            settings.base_url = ",".join(base_urls(settings.base_url))
             key = resolve_api_key(settings.api_key_var) if not resuming else None
         _check_environment(settings)
         if settings.policy == "endpoint" and key is not None:

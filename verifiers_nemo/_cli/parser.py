@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-base-url",
         dest="base_url",
         metavar="URL",
-        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (implies --policy endpoint)",
+        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (implies --policy endpoint); several "
+        "replicas of one model: URL1,URL2 (each rollout goes to the one with the fewest in flight)",
     )
     model.add_argument(
         "-k",

@@ -7,7 +7,7 @@ bookkeeping) → ``stats`` (pure statistics of result records) → ``metadata`` 
 """
 
 from .metadata import run_metadata, slim_record
-from .preflight import PreflightError, check_base_url, preflight, resolve_api_key
+from .preflight import PreflightError, base_urls, check_base_url, preflight, resolve_api_key
 from .report import fmt, format_summary, plural
 from .results import DEFAULT_OUTPUT_DIR, ResultsFolder, dedupe_records, read_results
 from .run import Evaluation, RunObserver
@@ -24,6 +24,7 @@ __all__ = [
     "PreflightError",
     "ResultsFolder",
     "RunObserver",
+    "base_urls",
     "check_base_url",
     "check_env_args",
     "dedupe_records",

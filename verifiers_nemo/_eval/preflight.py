@@ -229,6 +229,18 @@ def choose_model(model: str | None, served: list[str] | None, base_url: str) -> 
 
 
 def preflight(base_url: str, model: str | None, key: ApiKey, *, timeout: float = PREFLIGHT_TIMEOUT_S) -> str:
-    """Check the endpoint and return the model to evaluate (blocking; at most ``timeout`` seconds)."""
-    served = asyncio.run(list_models(base_url, key, timeout=timeout))
-    return choose_model(model, served, base_url)
+    """Check the endpoint (every replica of ``URL1,URL2``) and return the model to evaluate (blocking; at
+    most ``timeout`` seconds a replica). Every replica must serve that model."""
+    for url in base_urls(base_url):
+        served = asyncio.run(list_models(url, key, timeout=timeout))
+        model = choose_model(model, served, url)
+    assert model is not None
+    return model
+
+
+def base_urls(value: str) -> list[str]:
+    """The replicas of ``-b``: one base URL, or several separated by commas (each checked)."""
+    urls = [check_base_url(url.strip()) for url in value.split(",") if url.strip()]
+    if not urls:
+        raise PreflightError("-b is empty; pass the OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1.")
+    return urls

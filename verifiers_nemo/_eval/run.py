@@ -236,14 +236,18 @@ class Evaluation:
     def expected_pairs(self) -> list[Pair]:
         return [(t.task_index, t.rollout_index) for t in self.tasks]
 
-    def _endpoints(self, pending: Sequence[Task]) -> Endpoint | Callable[[Task], Endpoint] | None:
+    def _endpoints(self, pending: Sequence[Task]) -> Endpoint | list[Endpoint] | Callable[[Task], Endpoint] | None:
         from .._endpoint import Endpoint
 
         s = self.settings
         if s.policy == "replay":
             return None if self.pool is not None else self._replay_server(pending).endpoint_for
         assert s.base_url is not None
-        return Endpoint(base_url=s.base_url, model=s.model, api_key=self._api_key or "EMPTY", api=s.api)
+        replicas = [
+            Endpoint(base_url=url, model=s.model, api_key=self._api_key or "EMPTY", api=s.api)
+            for url in s.base_url.split(",")
+        ]
+        return replicas[0] if len(replicas) == 1 else replicas  # replicas: the least-loaded one first
 
     async def start(self, observer: RunObserver) -> None:
         """Start the Gym stack (shown as its own step)."""
