@@ -245,6 +245,7 @@ def parse(*argv: str) -> Any:
 def test_ray_flags_become_settings_and_workers_without_ray_are_refused() -> None:
     settings = new_settings(parse("example_multi_step", "--ray", "--workers", "4", "--cpus-per-stack", "2"))
     assert (settings.ray, settings.workers, settings.cpus_per_stack) == ("local", 4, 2.0)
+    assert new_settings(parse("example_multi_step", "--ray")).cpus_per_stack is None
     joined = new_settings(parse("example_multi_step", "--ray", "10.0.0.5:6379"))
     assert (joined.ray, joined.workers) == ("10.0.0.5:6379", None)
     assert new_settings(parse("example_multi_step")).ray is None
@@ -309,3 +310,17 @@ def test_b_takes_several_replicas_each_checked() -> None:
         base_urls("http://127.0.0.1:8000/v1,127.0.0.1:8001/v1")
     with pytest.raises(PreflightError, match="-b is empty"):
         base_urls(" , ")
+
+
+def test_actors_per_environment_come_from_workers_the_cpu_budget_or_the_nodes() -> None:
+    from verifiers_nemo._scale import RayPlacement
+
+    nodes = [{"Resources": {"CPU": 8.0}}, {"Resources": {"CPU": 4.0}}]
+    assert RayPlacement().count("a", nodes) == 2  # one per live node
+    assert RayPlacement(workers=5).count("a", nodes) == 5
+    assert RayPlacement(workers={"a": 3, "b": 1}).count("b", nodes) == 1
+    assert RayPlacement(cpus_per_stack=2).count("a", nodes) == 6  # 12 CPUs / 2
+    assert RayPlacement(cpus_per_stack=2).count("a", nodes, envs=2) == 3  # shared by two environments
+    assert RayPlacement(cpus_per_stack=64).count("a", nodes) == 1
+    with pytest.raises(ConfigurationError, match="positive integer"):
+        RayPlacement(workers={"a": 0}).count("a", nodes)

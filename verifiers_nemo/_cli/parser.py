@@ -212,14 +212,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers",
         type=_positive_int,
         metavar="N",
-        help="Ray actors, i.e. Gym stacks (default: one per live node of the cluster)",
+        help="Ray actors, i.e. Gym stacks, per environment (default: the cluster's CPUs / --cpus-per-stack "
+        "when that is given, else one per live node)",
     )
     scale.add_argument(
         "--cpus-per-stack",
         dest="cpus_per_stack",
         type=_positive_float,
         metavar="X",
-        help="CPUs each actor reserves, which is how Ray packs stacks onto nodes (default 1)",
+        help="CPUs each actor reserves, which is how Ray packs stacks onto nodes (default 1); without "
+        "--workers it also sets how many: the cluster's CPUs / X",
     )
 
     sampling = ev.add_argument_group("sampling")

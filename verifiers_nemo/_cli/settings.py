@@ -97,7 +97,7 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
         judges=judge_settings(args),
         ray=args.ray,
         workers=args.workers,
-        cpus_per_stack=args.cpus_per_stack or 1.0,
+        cpus_per_stack=args.cpus_per_stack,
     )
 
 

@@ -51,9 +51,9 @@ class EvalSettings:
     ray: str | None = None
     """Run on Ray actors: ``local`` (a cluster started for the run) or a cluster's address; None: here."""
     workers: int | None = None
-    """Ray actors (each one Gym stack); None: one per live node."""
-    cpus_per_stack: float = 1.0
-    """CPUs each Ray actor reserves."""
+    """Ray actors (each one Gym stack); None: by ``cpus_per_stack`` when given, else one per live node."""
+    cpus_per_stack: float | None = None
+    """CPUs each Ray actor reserves (None: 1)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

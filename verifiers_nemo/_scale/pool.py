@@ -29,8 +29,8 @@ class NeMoGymPool:
     ``NeMoGymHarness`` arguments); ``harness_args`` apply to every one. Without ``ray`` each environment
     gets one stack in this process. With ``ray`` (``"local"``/``True``: start a cluster here; an address:
     join it; or the cluster this process is already connected to) each environment gets ``workers`` Ray
-    actors (a count, or a count per environment name; default: one per live node), each owning a Gym
-    stack and its routing proxy.
+    actors (a count, or a count per environment name; default: the cluster's CPUs / ``cpus_per_stack``
+    when that is given, else one per live node), each owning a Gym stack and its routing proxy.
 
     Rollouts are taken from one queue as slots free up, each sent to the least-loaded live worker of its
     task's environment (``task.env``), and yielded in completion order. A rollout whose worker dies is
@@ -44,7 +44,7 @@ class NeMoGymPool:
         *,
         ray: str | bool | None = None,
         workers: int | Mapping[str, int] | None = None,
-        cpus_per_stack: float = 1.0,
+        cpus_per_stack: float | None = None,
         actor_options: Mapping[str, Any] | None = None,
         secrets: Iterable[str] = (),
         **harness_args: Any,

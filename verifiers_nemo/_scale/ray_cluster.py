@@ -108,20 +108,24 @@ class RayPlacement:
     """Where a run's actors go: how many per environment, and what each reserves."""
 
     workers: int | Mapping[str, int] | None = None
-    """Actors per environment (one count for all, or by environment name); ``None``: one per live node."""
+    """Actors per environment (one count for all, or by environment name). ``None``: by the CPU budget
+    when ``cpus_per_stack`` is given (the cluster's CPUs / ``cpus_per_stack``, shared by the
+    environments), else one per live node."""
+    cpus_per_stack: float | None = None
+    """CPUs each actor reserves (Ray's ``num_cpus``): how Ray packs stacks onto nodes; ``None``: 1."""
+    actor_options: Mapping[str, Any] | None = None
+    """More ``.options()`` for every actor (``runtime_env``, ``resources``...)."""
 
-    def count(self, env: str, nodes: int) -> int:
-        """How many actors ``env`` gets on a cluster of ``nodes`` live nodes."""
+    def count(self, env: str, nodes: Sequence[Mapping[str, Any]], envs: int = 1) -> int:
+        """How many actors ``env`` gets on a cluster of these live ``nodes``, shared by ``envs`` environments."""
         workers = self.workers.get(env) if isinstance(self.workers, Mapping) else self.workers
-        count = nodes if workers is None else workers
+        if workers is None and self.cpus_per_stack:
+            cpus = sum(float((node.get("Resources") or {}).get("CPU", 0)) for node in nodes)
+            workers = max(1, int(cpus // self.cpus_per_stack) // max(1, envs))
+        count = len(nodes) if workers is None else workers
         if not isinstance(count, int) or count < 1:
             raise ConfigurationError(f"workers of {env!r} must be a positive integer, not {count!r}.")
         return count
-
-    cpus_per_stack: float = 1.0
-    """CPUs each actor reserves (Ray's ``num_cpus``): how Ray packs stacks onto nodes."""
-    actor_options: Mapping[str, Any] | None = None
-    """More ``.options()`` for every actor (``runtime_env``, ``resources``...)."""
 
 
 class RayCluster:
@@ -147,24 +151,25 @@ class RayCluster:
         return [node for node in _ray().nodes() if node.get("Alive")]
 
     def place(self, envs: Mapping[str, dict[str, Any]], placement: RayPlacement) -> list[RayWorker]:
-        """Create the actors: ``placement.workers`` per environment (default one per live node), node by
-        node round-robin. They start nothing until ``start``."""
+        """Create the actors: ``placement.count`` per environment, node by node round-robin. They start
+        nothing until ``start``."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from .worker import StackWorker
 
         ray = _ray()
-        nodes = [node["NodeID"] for node in self.live_nodes()]
+        live = self.live_nodes()
+        nodes = [node["NodeID"] for node in live]
         if not nodes:
             raise ConfigurationError(f"the Ray cluster at {self.address} has no live node.")
         remote = ray.remote(StackWorker)
         turn = 0
         for env, harness_args in envs.items():
-            for _ in range(placement.count(env, len(nodes))):
+            for _ in range(placement.count(env, live, len(envs))):
                 node = nodes[turn % len(nodes)]
                 turn += 1
                 options = {
-                    "num_cpus": placement.cpus_per_stack,
+                    "num_cpus": placement.cpus_per_stack or 1.0,
                     "max_concurrency": ACTOR_CONCURRENCY,
                     "max_restarts": 0,
                     "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True),
