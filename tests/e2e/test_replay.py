@@ -19,6 +19,7 @@ NAMED = ["example_single_tool_call", "example_session_state_mgmt", "example_mult
 OFFLINE = sorted(e.name for e in list_environments() if e.runs_offline_with_nemo_gym_only)
 RUNNABLE = [name for name in OFFLINE if unreproducible_reason(name) is None]
 BATCH = 9  # environments per stack: ~2 servers each, ~4 GB together
+STACKS_AT_ONCE = 2
 JUDGED = sorted(
     e.name
     for e in list_environments()
@@ -53,7 +54,7 @@ WITH_PACKAGES = sorted(
 ones included: the replay answers their policy and judge calls."""
 
 
-def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
+async def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
     """Replay ``envs`` on one stack; each judge name (unique in the batch) gets its env's replayed judge."""
     tasks, replays, judges = [], {}, {}
     for env in envs:
@@ -69,17 +70,32 @@ def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutResult,
         start_timeout=600,  # a first start installs extra packages
         judge=judges or None,
     )
-
-    async def run() -> list[RolloutResult]:
-        async with harness:
-            return [r async for r in harness.run(tasks, lambda t: replays[t.env].endpoint_for(t), concurrency=16)]
-
     try:
-        results = asyncio.run(run())
+        async with harness:
+            results = [r async for r in harness.run(tasks, lambda t: replays[t.env].endpoint_for(t), concurrency=16)]
     finally:
         for replay in replays.values():
             replay.stop()
     return {(r.env, r.task_index): (r, recorded[(r.env, r.task_index)]) for r in results}
+
+
+def _replay_all(batches: list[list[str]]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
+    """Every batch, ``STACKS_AT_ONCE`` stacks at a time (one stack's start waits on Gym's readiness polls
+    while the other's servers import)."""
+
+    async def run() -> dict[tuple[str, int], tuple[RolloutResult, float]]:
+        gate = asyncio.Semaphore(STACKS_AT_ONCE)
+
+        async def one(batch: list[str]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
+            async with gate:
+                return await _replay_batch(batch)
+
+        results: dict[tuple[str, int], tuple[RolloutResult, float]] = {}
+        for part in await asyncio.gather(*(one(batch) for batch in batches)):
+            results.update(part)
+        return results
+
+    return asyncio.run(run())
 
 
 def _batches(envs: list[str]) -> list[list[str]]:
@@ -98,20 +114,9 @@ def _batches(envs: list[str]) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def replayed() -> Iterator[dict[tuple[str, int], tuple[RolloutResult, float]]]:
-    """Every replayable environment, offline and judged, on as few stacks as fit."""
-    results: dict[tuple[str, int], tuple[RolloutResult, float]] = {}
-    for batch in _batches(JUDGED + RUNNABLE):  # judged first: their judge names spread over the batches
-        results.update(_replay_batch(batch))
-    yield results
-
-
-@pytest.fixture(scope="module")
-def replayed_with_packages() -> Iterator[dict[tuple[str, int], tuple[RolloutResult, float]]]:
-    """Every replayable environment that needs extra packages: installed once, then batched like the rest."""
-    results: dict[tuple[str, int], tuple[RolloutResult, float]] = {}
-    for batch in _batches(WITH_PACKAGES):
-        results.update(_replay_batch(batch))
-    yield results
+    """Every replayable environment (offline, judged, with extra packages) on as few stacks as fit. Judged
+    envs first: their judge names spread over the batches; packaged ones apart: their stacks install first."""
+    yield _replay_all(_batches(JUDGED + RUNNABLE) + _batches(WITH_PACKAGES))
 
 
 def test_every_environment_with_packages_is_replayed_or_excluded_with_its_reason() -> None:
@@ -125,10 +130,8 @@ def test_every_environment_with_packages_is_replayed_or_excluded_with_its_reason
 
 
 @pytest.mark.parametrize("env", WITH_PACKAGES)
-def test_replay_with_extra_packages_installed_reproduces_every_recorded_reward(
-    env: str, replayed_with_packages: dict
-) -> None:
-    _check_rows(env, replayed_with_packages)
+def test_replay_with_extra_packages_installed_reproduces_every_recorded_reward(env: str, replayed: dict) -> None:
+    _check_rows(env, replayed)
 
 
 def test_the_three_named_environments_are_replayable() -> None:
