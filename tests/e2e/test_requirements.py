@@ -63,3 +63,23 @@ def _virtual_envs(pids: tuple[int, ...]) -> dict[Path, str]:
             if item.startswith(b"VIRTUAL_ENV="):
                 venvs[cwd] = item.split(b"=", 1)[1].decode()
     return venvs
+
+
+def test_prepare_installs_an_environments_packages_ahead_of_its_first_run(tmp_path: Path) -> None:
+    """`verifiers-nemo prepare ENV` builds the derived environment its first start would build; a second
+    call finds it; one that cannot be installed fails with uv's reason and the rest are still prepared."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "VERIFIERS_NEMO_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "verifiers_nemo._cli.main", "prepare"]
+    first = subprocess.run([*command, ENV], env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert f"{ENV}: ready (extra packages in 1 server environment" in first.stderr
+    assert len(list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 1
+
+    again = subprocess.run([*command, "evalplus", ENV], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1
+    assert "evalplus: cannot be prepared" in again.stderr and "unsatisfiable" in again.stderr
+    assert f"{ENV}: ready" in again.stderr

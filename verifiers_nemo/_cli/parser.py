@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from .console import EXIT_USAGE, PROG
 from .envs import cmd_envs
 from .eval import cmd_eval
+from .prepare import cmd_prepare
 from .replay_server import cmd_replay_server
 
 EVAL_DESCRIPTION = """\
@@ -310,6 +311,20 @@ def build_parser() -> argparse.ArgumentParser:
     en.add_argument("--json", action="store_true", help="print JSON instead of a table")
     en.add_argument("-v", "--verbose", action="count", default=0, help="log more")
     en.set_defaults(handler=cmd_envs)
+
+    pr = commands.add_parser(
+        "prepare",
+        help="install what environments need before their first run (extra packages, the Gym runtime)",
+        description=(
+            "Do now what the first start of each ENV would do before its servers run: build the Gym runtime "
+            "if there is none and install the packages its servers need beyond nemo-gym (cached, shared by "
+            "later runs). Run it on every node before a Ray run, in an image, or in CI."
+        ),
+    )
+    pr.add_argument("envs", nargs="+", metavar="ENV", help="packaged Gym environments")
+    pr.add_argument("--gym-python", metavar="PYTHON", help="the Gym runtime's interpreter (default: found or built)")
+    pr.add_argument("-v", "--verbose", action="count", default=0, help="log more")
+    pr.set_defaults(handler=cmd_prepare)
 
     rs = commands.add_parser(
         "replay-server",
