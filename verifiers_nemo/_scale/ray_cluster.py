@@ -17,13 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .._endpoint import Endpoint
 from .._exceptions import ConfigurationError, RolloutError, VerifiersNemoError, WorkerLost
 from .._result import RolloutResult
+from .._stack.procs import sweep_dead_owners
 from .._tasks import Task
 
 logger = logging.getLogger(__name__)
@@ -33,6 +38,8 @@ LOCAL = "local"
 ACTOR_CONCURRENCY = 10_000
 """Calls an actor runs at once (its rollouts are coroutines); the pool bounds them, not Ray."""
 _STOP_TIMEOUT_S = 60.0
+TEMP_PREFIX = "vnr-rl-"
+"""A local cluster's folder, ``<tmp>/vnr-rl-<owner pid>-<random>``: short (Ray's socket paths live under it)."""
 _QUIET = {"log_to_driver": False, "logging_level": logging.ERROR}
 """Ray's own messages stay out of the eval's output (actors' logs stay in Ray's session folder)."""
 
@@ -136,10 +143,20 @@ class RayCluster:
     def __init__(self, address: str | bool | None) -> None:
         ray = _ray()
         self._initialized_here = False
+        self._temp_dir: Path | None = None
         if not ray.is_initialized():
             if address in (None, True, LOCAL, ""):
-                # address="local": a new cluster even where RAY_ADDRESS names one (that is --ray ADDRESS)
-                ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", **_QUIET)
+                # A cluster of the run's own: its files in a private folder removed at close (not the
+                # machine-wide /tmp/ray); address="local": new even where RAY_ADDRESS names one.
+                sweep_dead_owners(Path(tempfile.gettempdir()), prefix=TEMP_PREFIX)  # those of killed runs
+                self._temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
+                ray.init(
+                    address="local",
+                    include_dashboard=False,
+                    _node_ip_address="127.0.0.1",
+                    _temp_dir=str(self._temp_dir),
+                    **_QUIET,
+                )
             else:
                 ray.init(address=str(address), **_QUIET)
             self._initialized_here = True
@@ -190,6 +207,9 @@ class RayCluster:
         if self._initialized_here:
             _ray().shutdown()
             self._initialized_here = False
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
 
 def _first_line(exc: BaseException) -> str:
