@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _common import add_json_flag, cpu_seconds, write_json  # noqa: E402
-from bench_throughput import spawn_upstream  # noqa: E402
+from bench_throughput import spawn_upstream, stop_upstream  # noqa: E402
 
 from verifiers_nemo import Endpoint, NeMoGymPool, NeMoGymTaskset  # noqa: E402
 
@@ -401,13 +401,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if ray.is_initialized():
             ray.shutdown()
         if upstream is not None:
-            if upstream.stdin is not None:
-                upstream.stdin.close()
-            try:
-                upstream.wait(10)
-            except subprocess.TimeoutExpired:
-                upstream.kill()
-                upstream.wait()
+            stop_upstream(upstream)
         figures["cleanup"], figures["cleanup_left"] = check_cleanup(seen)
     figures["total_s"] = time.perf_counter() - began
     figures["load"].append(os.getloadavg()[0])

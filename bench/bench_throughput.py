@@ -547,6 +547,17 @@ def spawn_upstream() -> tuple[subprocess.Popen[str], int]:
     raise RuntimeError(f"the fake upstream exited ({proc.wait()}) before telling its port")
 
 
+def stop_upstream(upstream: subprocess.Popen[str]) -> None:
+    """Stop an upstream from ``spawn_upstream``: close its stdin (it exits on EOF), wait, kill if it hangs."""
+    if upstream.stdin is not None:
+        upstream.stdin.close()
+    try:
+        upstream.wait(10)
+    except subprocess.TimeoutExpired:
+        upstream.kill()
+        upstream.wait()
+
+
 def bar(value: float, top: float, width: int = 40) -> str:
     return "#" * max(1, round(width * value / top)) if top > 0 else ""
 
@@ -803,12 +814,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await bench_env(env, args, (port, upstream.pid), tmp, i == 0, figures)
     finally:
         if upstream is not None:
-            if upstream.stdin is not None:
-                upstream.stdin.close()
-            try:
-                upstream.wait(10)
-            except subprocess.TimeoutExpired:
-                upstream.kill()
+            stop_upstream(upstream)
         shutil.rmtree(tmp, ignore_errors=True)
     figures["load"].append(os.getloadavg()[0])
     return figures
