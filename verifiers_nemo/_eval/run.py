@@ -255,7 +255,7 @@ class Evaluation:
         s = self.settings
         names = ", ".join(s.env_names)
         if s.ray is not None:
-            workers = f"{s.workers} Ray actors each" if s.workers else "a Ray actor per node each"
+            workers = f"{s.workers} Ray actor{'s' if s.workers != 1 else ''} each" if s.workers else "Ray actors"
             observer.stack_starting(f"the Gym stacks for {names} ({workers}; Ray: {s.ray})")
         else:
             observer.stack_starting(f"the Gym stack{'s' if len(s.env_names) > 1 else ''} for {names}")
