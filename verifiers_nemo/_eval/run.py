@@ -91,10 +91,11 @@ class Evaluation:
                 "-a dataset/jsonl_path name one environment's data; run the environments of a mix on their "
                 "packaged data, or evaluate one environment at a time."
             )
-        self.envs = [self._load_env(name, args) for name in names]
+        judge = self._judge_endpoints() or None  # read once: every environment and the pool share them
+        self.envs = [self._load_env(name, args, judge) for name in names]
         self.env = self.envs[0]
         if s.ray is not None or len(names) > 1:
-            self.pool = self._make_pool(args)
+            self.pool = self._make_pool(args, judge)
         self.tasks = []
         for position, env in enumerate(self.envs):
             if s.policy == "replay":
@@ -112,7 +113,7 @@ class Evaluation:
             self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks}
         return self.tasks
 
-    def _load_env(self, name: str, args: dict[str, Any]) -> NeMoGymEnv:
+    def _load_env(self, name: str, args: dict[str, Any], judge: dict[str, Endpoint] | None) -> NeMoGymEnv:
         from .._environment import load_environment
 
         s = self.settings
@@ -124,7 +125,7 @@ class Evaluation:
                 rollouts_per_example=s.rollouts_per_example,
                 timeout=s.timeout,
                 secrets=(self._api_key,) if self._api_key else (),
-                judge=self._judge_endpoints() or None,
+                judge=judge,
                 **args,
             )
         except TypeError as exc:  # an env arg of the wrong kind
@@ -136,7 +137,7 @@ class Evaluation:
         assert self.env is not None, "load() first"
         return self.pool if self.pool is not None else self.env.harness
 
-    def _make_pool(self, env_args: dict[str, Any]) -> NeMoGymPool:
+    def _make_pool(self, env_args: dict[str, Any], judge: dict[str, Endpoint] | None) -> NeMoGymPool:
         import inspect
 
         from .._harness import NeMoGymHarness
@@ -152,7 +153,7 @@ class Evaluation:
             cpus_per_stack=s.cpus_per_stack,
             secrets=(self._api_key,) if self._api_key else (),
             timeout=s.timeout,
-            judge=self._judge_endpoints() or None,
+            judge=judge,
             **harness_args,
         )
 
