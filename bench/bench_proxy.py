@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 
 from _common import add_json_flag, cpu_seconds, pct, rss_self, write_json  # noqa: E402
 
-from verifiers_nemo._endpoint import Endpoint  # noqa: E402
-from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, RoutingProxy  # noqa: E402
+from verifiers_nemo import Endpoint, RoutingProxy  # noqa: E402
+from verifiers_nemo._routing import ROUTE_METADATA_KEY  # noqa: E402
 
 N_ROUTES = 4096
 MODEL = "bench-model"

@@ -91,7 +91,7 @@ def generate(path: Path, rows: int, seed: int = 0) -> None:
 
 def worker(path: str, case: str) -> None:
     """Load one case in this (fresh) process and print its figures as JSON."""
-    from verifiers_nemo._tasks import NeMoGymTaskset
+    from verifiers_nemo import NeMoGymTaskset
 
     baseline_kb = rss_self() // 1024
     start = time.perf_counter()

@@ -69,7 +69,7 @@ from _common import add_json_flag, cpu_seconds, pct, rss_self, write_json  # noq
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset  # noqa: E402
 from verifiers_nemo._gym.config import merged_configs, server_instances  # noqa: E402
 from verifiers_nemo._gym.runtime import cache_dir, find_gym_runtime  # noqa: E402
-from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY  # noqa: E402
+from verifiers_nemo._routing import ROUTE_METADATA_KEY  # noqa: E402
 from verifiers_nemo._stack.procs import http_ok as _http_ok  # noqa: E402
 from verifiers_nemo._stack.procs import kill_session, reserve_ports, rss_bytes, session_pids  # noqa: E402
 

@@ -11,8 +11,8 @@ The public API is what this module exports; every other module is private.
 * ``load_environment`` / ``NeMoGymEnv`` - the environment factory (``environments/nemo_gym_env``).
 * ``list_environments`` / ``get_environment`` / ``GymEnvironment`` - the catalogue of packaged environments.
 * Seams: ``RoutingProxy`` / ``ProxyConfig`` (``NeMoGymHarness(proxy=...)``), ``Upstream`` and
-  ``FunctionUpstream`` (``rollout(..., upstream=...)``: a plain function answers), ``ReplayUpstream``
-  (recorded rollouts as the policy).
+  ``FunctionUpstream`` (``rollout(..., upstream=...)``: a plain function answers), ``ReplayServer``
+  (recorded rollouts served as a model: point an ``Endpoint`` at it).
 * Exceptions: one tree under ``VerifiersNemoError`` (drawn in ``verifiers_nemo._exceptions``); the
   ``RolloutError`` leaves' ``type`` strings are the ``error.type`` of results.
 """
@@ -47,27 +47,28 @@ from ._exceptions import (
 
 if TYPE_CHECKING:
     from ._endpoint import Endpoint
-    from ._environment import NeMoGymEnv, load_environment
+    from ._factory import NeMoGymEnv, load_environment
     from ._gym import GymEnvironment, get_environment, list_environments
     from ._harness import NeMoGymHarness
+    from ._replay import ReplayServer
     from ._result import RolloutResult
     from ._routing import PolicyCall, ProxyConfig, RoutingProxy, check_contiguity
     from ._scale import NeMoGymPool
     from ._tasks import NeMoGymTaskset, Task
-    from ._upstreams import FunctionUpstream, ReplayUpstream, Upstream
+    from ._upstreams import FunctionUpstream, Upstream
 
 # Heavy modules (datasets, aiohttp, pydantic) load on first use, so `verifiers-nemo --help` stays fast.
 _LAZY = {
     "Endpoint": "._endpoint",
     "FunctionUpstream": "._upstreams",
     "GymEnvironment": "._gym",
-    "NeMoGymEnv": "._environment",
+    "NeMoGymEnv": "._factory",
     "NeMoGymHarness": "._harness",
     "NeMoGymPool": "._scale",
     "NeMoGymTaskset": "._tasks",
     "PolicyCall": "._routing",
     "ProxyConfig": "._routing",
-    "ReplayUpstream": "._upstreams",
+    "ReplayServer": "._replay",
     "RolloutResult": "._result",
     "RoutingProxy": "._routing",
     "Task": "._tasks",
@@ -75,7 +76,7 @@ _LAZY = {
     "check_contiguity": "._routing",
     "get_environment": "._gym",
     "list_environments": "._gym",
-    "load_environment": "._environment",
+    "load_environment": "._factory",
 }
 
 
@@ -104,7 +105,7 @@ __all__ = [
     "NeMoGymTaskset",
     "PolicyCall",
     "ProxyConfig",
-    "ReplayUpstream",
+    "ReplayServer",
     "RolloutError",
     "RolloutResult",
     "RolloutTimeout",

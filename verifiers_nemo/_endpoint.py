@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -9,6 +13,8 @@ from urllib.parse import urlsplit
 from ._exceptions import ConfigurationError
 
 ApiKind = Literal["responses", "chat"]
+DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
+_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_SECRETS = frozenset({"", "EMPTY", "dummy", "none", "None"})
 
 
@@ -60,3 +66,43 @@ class Endpoint:
     def label(self) -> str:
         """A name safe to log and save (never the key)."""
         return self.name or f"{self.model}@{self.base_url}"
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An endpoint's key (never logged) and the variable it came from."""
+
+    value: str | None
+    var: str
+    explicit: bool
+    """The variable was named (so it must be set)."""
+
+
+def read_api_key(var: str | None, environ: Mapping[str, str] | None = None, *, option: str = "-k") -> ApiKey:
+    """Read an API key variable. One named with ``option`` must be set; the default ``OPENAI_API_KEY``
+    may be unset (keyless local servers)."""
+    environ = os.environ if environ is None else environ
+    explicit = var is not None
+    name = var if var is not None else DEFAULT_API_KEY_VAR
+    if not _VAR_NAME.fullmatch(name):  # never echo it: people sometimes pass the key itself
+        raise ConfigurationError(
+            f"{option} takes the NAME of the environment variable that holds the API key "
+            f"(e.g. {option} OPENAI_API_KEY), not the key itself; what was given is no variable name."
+        )
+    value = environ.get(name) or None
+    if explicit and value is None:
+        raise ConfigurationError(
+            f"The API key variable ${name} (named with {option}) is not set. Export it (export {name}=...) "
+            f"or name another variable with {option}."
+        )
+    return ApiKey(value=value, var=name, explicit=explicit)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 brackets allowed) is this machine's loopback."""
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

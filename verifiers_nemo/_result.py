@@ -7,16 +7,28 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._exceptions import InvalidResult, RolloutError
-from ._routing import ROUTE_METADATA_KEY
+from ._protocol import output_to_messages, sum_usage
+from ._routing import strip_route
 
-_NOT_METRICS = {"reward"}
+_NOT_METRICS = frozenset({"reward", "mask_sample"})
+_IDENTIFIER_SUFFIXES = ("_id", "_idx", "_index", "_ids")
+_IDENTIFIERS = frozenset({"id", "idx", "index", "seed", "uid"})
+
+
+def is_identifier(name: str) -> bool:
+    """Whether a numeric field names something rather than measures it (``question_id``, ``index``...)."""
+    lowered = name.lower()
+    return lowered in _IDENTIFIERS or lowered.endswith(_IDENTIFIER_SUFFIXES)
 
 
 @dataclass
 class RolloutResult:
     """Everything one rollout produced: what a trainer or an eval needs, and why it failed if it did.
 
-    A result with ``error`` set has ``reward is None`` (never a silent 0).
+    A result with ``error`` set has ``reward is None`` (never a silent 0). A result Gym marked as no valid
+    measurement (nemo-gym >= 0.7 ``mask_sample``: a judge that could not be reached, a lost session...) is
+    ``masked``: it keeps Gym's reward, ``failure_kind`` and ``failure_reason``, and is left out of reward
+    statistics and training (counted apart, like errors).
     """
 
     task_index: int
@@ -38,10 +50,21 @@ class RolloutResult:
     gym_result: dict[str, Any] | None = None
     worker: str | None = None
     """Where the rollout ran when not in this process: ``ray:<node id>:<pid>`` of its Ray actor."""
+    masked: bool = False
+    """Gym said this sample is no valid measurement (``mask_sample``): not scored, not trained on."""
+    failure_kind: str | None = None
+    """Gym's low-cardinality name of what went wrong (``judge_failed``...), masked or not."""
+    failure_reason: str | None = None
+    """Gym's free-text explanation of it."""
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def scored(self) -> bool:
+        """Whether the reward is a valid measurement: no error, not masked."""
+        return self.error is None and not self.masked and self.reward is not None
 
     def to_dict(self, *, include_trace: bool = False, include_gym_result: bool = False) -> dict[str, Any]:
         """A JSON-safe dict, one line of a results file."""
@@ -59,7 +82,10 @@ class RolloutResult:
             "usage": self.usage,
             "timing": self.timing,
             "error": self.error.to_dict() if self.error else None,
+            "masked": self.masked,
         }
+        if self.failure_kind is not None or self.failure_reason is not None:
+            out["failure_kind"], out["failure_reason"] = self.failure_kind, self.failure_reason
         if self.worker is not None:
             out["worker"] = self.worker
         if include_trace:
@@ -99,45 +125,41 @@ def parse_reward(value: Any) -> float:
 
 
 def extract_metrics(gym_result: dict[str, Any]) -> dict[str, float]:
-    """Every numeric or bool top-level field of a Gym result other than the reward."""
+    """Every numeric or bool top-level field of a Gym result that measures something: not the reward,
+    not ``mask_sample``, not an identifier (``question_id``, ``index``...)."""
     metrics = {}
     for key, value in gym_result.items():
-        if key in _NOT_METRICS:
+        if key in _NOT_METRICS or is_identifier(key):
             continue
         if isinstance(value, bool) or (isinstance(value, int | float) and not math.isnan(value)):
             metrics[key] = float(value)
     return metrics
 
 
-def sum_usage(usages: list[dict[str, Any] | None]) -> dict[str, int]:
-    """Token usage summed over a rollout's policy calls."""
-    total = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cached_tokens": 0, "reasoning_tokens": 0}
-    for usage in usages:
-        if not usage:
-            continue
-        total["input_tokens"] += int(usage.get("input_tokens") or 0)
-        total["output_tokens"] += int(usage.get("output_tokens") or 0)
-        total["total_tokens"] += int(usage.get("total_tokens") or 0)
-        total["cached_tokens"] += int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
-        total["reasoning_tokens"] += int((usage.get("output_tokens_details") or {}).get("reasoning_tokens") or 0)
-    return total
-
-
-def strip_route(gym_result: dict[str, Any], key: str, model: str | None) -> None:
-    """Remove the route key from the echo of ``responses_create_params`` in a Gym result (in place)."""
-    _strip_route_from(gym_result.get("responses_create_params"), key, model, empty_metadata=None)
-    _strip_route_from(gym_result.get("response"), key, model, empty_metadata={})
-
-
-def _strip_route_from(echo: Any, key: str, model: str | None, *, empty_metadata: dict[str, Any] | None) -> None:
-    """``empty_metadata`` replaces metadata left empty: the request had none (``None``), while a
-    Response keeps its (empty) object."""
-    if not isinstance(echo, dict):
+def map_gym_result(result: RolloutResult, gym_result: Any, route_key: str, model: str | None) -> None:
+    """Fill ``result`` from a Gym agent's ``/run`` answer (in place): the answer itself (route key taken
+    out), the completion messages, metrics, usage when the calls recorded none, and the reward (an invalid
+    one is a typed error, never a silent 0)."""
+    if not isinstance(gym_result, dict):
+        result.error = InvalidResult(f"Gym result is a {type(gym_result).__name__}, not an object")
         return
-    if echo.get("model") == key:
-        echo["model"] = model
-    metadata = echo.get("metadata")
-    if isinstance(metadata, dict):
-        metadata.pop(ROUTE_METADATA_KEY, None)
-        if not metadata:
-            echo["metadata"] = empty_metadata
+    strip_route(gym_result, route_key, model)
+    result.gym_result = gym_result
+    response = gym_result.get("response") or {}
+    output = response.get("output") if isinstance(response, dict) else None
+    result.completion = output_to_messages(output or [])
+    result.metrics = extract_metrics(gym_result)
+    result.masked = gym_result.get("mask_sample") is True
+    result.failure_kind = _text(gym_result.get("failure_kind"))
+    result.failure_reason = _text(gym_result.get("failure_reason"))
+    if not result.usage.get("total_tokens") and isinstance(response, dict):
+        result.usage = sum_usage([response.get("usage")])
+    try:
+        result.reward = parse_reward(gym_result.get("reward"))
+    except InvalidResult as exc:
+        result.error = exc
+        result.reward = None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -29,13 +29,17 @@ only be handled in the main thread: elsewhere the block runs with nothing captur
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -92,3 +96,49 @@ def capture_signals(
         if reraise:
             for sig in reversed(captured.signals):  # LIFO, as uvicorn does
                 signal.raise_signal(sig)
+
+
+# -- the one teardown path at interpreter exit -------------------------------------------------------
+
+_exit_lock = threading.Lock()
+_exit_callbacks: list[Callable[[], object]] = []
+
+
+def at_exit(callback: Callable[[], object]) -> None:
+    """Run ``callback`` at interpreter exit (last registered, first run), in the one teardown path.
+
+    Teardown runs with SIGINT/SIGTERM captured: a signal that comes meanwhile (an impatient second
+    Ctrl-C) does not break it into a traceback; once it is done the process ends by that signal. A
+    second signal during teardown ends the process at once (each stack's supervisor cleans up)."""
+    with _exit_lock:
+        if not _exit_callbacks:
+            atexit.register(run_exit_teardown)
+        if callback not in _exit_callbacks:
+            _exit_callbacks.append(callback)
+
+
+def run_exit_teardown() -> None:
+    """Run the ``at_exit`` callbacks now (idempotent: each runs once)."""
+
+    def on_signal(sig: signal.Signals, count: int) -> None:
+        if count > 1:
+            _end_by(sig)
+
+    with capture_signals(on_signal, force=False, reraise=False) as captured:
+        while True:
+            with _exit_lock:
+                if not _exit_callbacks:
+                    break
+                callback = _exit_callbacks.pop()
+            try:
+                callback()
+            except Exception:
+                logger.exception("teardown at exit failed: %r", callback)
+    if captured:
+        _end_by(captured.signals[0])
+
+
+def _end_by(sig: signal.Signals) -> None:
+    """End the process by ``sig`` (its default action), as the user asked."""
+    signal.signal(sig, signal.SIG_DFL)
+    signal.raise_signal(sig)

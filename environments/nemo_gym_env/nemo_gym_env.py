@@ -23,7 +23,7 @@ _VERIFIERS_CLASSES = ("GymTaskset", "GymHarness", "GymEnv")
 
 def __getattr__(name: str) -> Any:
     if name in _VERIFIERS_CLASSES:
-        value = getattr(importlib.import_module("verifiers_nemo._verifiers_env"), name)
+        value = getattr(importlib.import_module("verifiers_nemo._verifiers_v1"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'nemo_gym_env' has no attribute {name!r}")

@@ -15,8 +15,7 @@ import pytest
 import pytest_asyncio
 
 from tests.e2e.policies import PolicyServer, counter_policy, hang_forever, response
-from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
-from verifiers_nemo._upstreams import FunctionUpstream
+from verifiers_nemo import Endpoint, FunctionUpstream, NeMoGymHarness, NeMoGymTaskset
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 ENV = "example_session_state_mgmt"
@@ -24,7 +23,7 @@ ENV = "example_session_state_mgmt"
 
 def _counter_rows(path: Path, count: int, seed: int = 7) -> list[float]:
     """``count`` counter tasks; every third one expects a wrong count, so its reward must be 0."""
-    from verifiers_nemo._gym.catalogue import get_environment
+    from verifiers_nemo import get_environment
 
     example = json.loads(get_environment(ENV).default_dataset.path.read_text().splitlines()[0])
     rng = random.Random(seed)
@@ -170,7 +169,7 @@ async def test_killed_gym_server_fails_in_flight_rollouts_then_the_stack_restart
 
 async def test_chat_endpoint_token_ids_reach_the_trace_and_are_contiguous(harness) -> None:
     from tests.unit.fake_upstream import FakeReply, FakeUpstream
-    from verifiers_nemo._routing.trace import check_contiguity
+    from verifiers_nemo import check_contiguity
 
     task = NeMoGymTaskset(ENV)[0]
     async with FakeUpstream("vllm", token_ids=True) as fake:

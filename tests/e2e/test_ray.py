@@ -20,10 +20,9 @@ import pytest_asyncio
 
 from tests.e2e.policies import PolicyServer, message
 from tests.faults.helpers import pids_with_env
-from verifiers_nemo import Endpoint, load_environment
+from verifiers_nemo import Endpoint, NeMoGymPool, load_environment
 from verifiers_nemo._eval.settings import MIX_STRIDE
-from verifiers_nemo._scale import NeMoGymPool
-from verifiers_nemo._upstreams import replay_tasks
+from verifiers_nemo._replay import replay_tasks
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402

@@ -8,10 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset
-from verifiers_nemo._gym.catalogue import get_environment, list_environments
-from verifiers_nemo._result import RolloutResult
-from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks, unreproducible_reason
+from verifiers_nemo import (
+    NeMoGymHarness,
+    NeMoGymTaskset,
+    ReplayServer,
+    RolloutResult,
+    get_environment,
+    list_environments,
+)
+from verifiers_nemo._replay import replay_tasks, unreproducible_reason
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +65,7 @@ async def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutR
     tasks, replays, judges = [], {}, {}
     for env in envs:
         env_tasks = replay_tasks(NeMoGymTaskset(env, recorded=True))
-        replays[env] = ReplayUpstream.from_tasks(env_tasks).start()
+        replays[env] = ReplayServer.from_tasks(env_tasks).start()
         judges |= {name: replays[env].judge_endpoint(name) for name in get_environment(env).judge_models}
         tasks += env_tasks
     recorded = {(t.env, t.task_index): float(t.recorded_reward) for t in tasks}
@@ -123,7 +128,7 @@ def replayed() -> Iterator[dict[tuple[str, int], tuple[RolloutResult, float]]]:
 def test_every_exclusion_of_an_environment_with_packages_names_one_that_needs_them() -> None:
     """The lists of envs left out (cannot start here, do not reproduce) hold no stale or misplaced names,
     and what is left to replay is most of them."""
-    from verifiers_nemo._upstreams.replay import PACKAGES_UNREPRODUCIBLE
+    from verifiers_nemo._replay import PACKAGES_UNREPRODUCIBLE
 
     assert set(CANNOT_START_HERE) <= set(PACKAGED)
     assert "mcqa" in PACKAGED
@@ -142,7 +147,7 @@ def test_the_three_named_environments_are_replayable() -> None:
 
 
 def test_exclusions_name_only_offline_environments() -> None:
-    from verifiers_nemo._upstreams.replay import KNOWN_UNREPRODUCIBLE
+    from verifiers_nemo._replay import KNOWN_UNREPRODUCIBLE
 
     assert {key.split("#")[0] for key in KNOWN_UNREPRODUCIBLE} <= set(OFFLINE)
 

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset
+from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer
 from verifiers_nemo._gym import find_gym_runtime
 from verifiers_nemo._gym.derived_env import derived_env
+from verifiers_nemo._replay import replay_tasks
 from verifiers_nemo._stack.requirements import missing_requirements
-from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +26,7 @@ def test_env_with_extra_requirements_installs_them_once_and_replays_its_recordin
     requirements = ("tiktoken",)
     assert missing_requirements({ENV: requirements}, runtime), "the runtime has tiktoken: pick another env"
     tasks = replay_tasks(NeMoGymTaskset(ENV, recorded=True))[:2]
-    replay = ReplayUpstream.from_tasks(tasks).start()
+    replay = ReplayServer.from_tasks(tasks).start()
     harness = NeMoGymHarness(ENV, timeout=120)
 
     async def run() -> tuple[list, dict[Path, str]]:

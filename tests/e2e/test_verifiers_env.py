@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.policies import DualApiPolicy, LocalServer
-from verifiers_nemo._tasks import NeMoGymTaskset
-from verifiers_nemo._upstreams.replay import replay_tasks
+from verifiers_nemo import NeMoGymTaskset
+from verifiers_nemo._replay import replay_tasks
 
 pytestmark = pytest.mark.e2e
 
@@ -346,7 +346,7 @@ async def test_vf_eval_bad_input_fails_with_one_clear_error(
 
 def test_auto_api_is_chat_under_a_training_client(vf_python: Path) -> None:
     script = (
-        "import verifiers.v1 as vf; from verifiers_nemo._verifiers_env import resolve_api;"
+        "import verifiers.v1 as vf; from verifiers_nemo._verifiers_v1 import resolve_api;"
         "train = vf.ModelContext(model='m', client=vf.TrainClientConfig());"
         "ev = vf.ModelContext(model='m', client=vf.EvalClientConfig());"
         "print(resolve_api('auto', train), resolve_api('auto', ev), resolve_api('responses', train))"

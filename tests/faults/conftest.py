@@ -21,8 +21,7 @@ from tests.faults.helpers import (
     UPSTREAM_TIMEOUT,
     format_figures,
 )
-from verifiers_nemo import NeMoGymHarness
-from verifiers_nemo._routing.proxy import RoutingProxy
+from verifiers_nemo import NeMoGymHarness, RoutingProxy
 
 
 @pytest.fixture(scope="session")

@@ -74,7 +74,7 @@ def identity_rows(path: Path, count: int, upstreams: int) -> list[float]:
     ``i`` belongs to ``k = i % upstreams``) increments the counter by ``k + 1``. A call delivered to
     the wrong upstream therefore changes the reward. Every fifth task expects a wrong count (reward 0).
     """
-    from verifiers_nemo._gym.catalogue import get_environment
+    from verifiers_nemo import get_environment
 
     example = json.loads(get_environment(COUNTER_ENV).default_dataset.path.read_text().splitlines()[0])
     tools = example["responses_create_params"]["tools"]

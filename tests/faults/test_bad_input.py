@@ -27,9 +27,9 @@ from verifiers_nemo import (
     MissingRequirementsError,
     NeMoGymHarness,
     NeMoGymTaskset,
+    UnknownEnvironmentError,
     load_environment,
 )
-from verifiers_nemo._exceptions import UnknownEnvironmentError
 
 pytestmark = pytest.mark.e2e
 
@@ -126,7 +126,7 @@ def test_unknown_environment_names_the_closest_ones_and_starts_nothing(marker: s
     with pytest.raises(UnknownEnvironmentError, match="example_multi_step"):
         harness.start()
     harness.close()
-    assert harness._stack is None and pids_with_env(marker) == []
+    assert not harness.started and pids_with_env(marker) == []
 
 
 def test_server_packages_that_cannot_install_are_named_with_the_fix_and_leave_nothing(
@@ -153,7 +153,7 @@ async def test_bad_concurrency_is_refused_before_any_stack_starts(marker: str, c
         async for _ in harness.run(tasks, endpoint, concurrency=concurrency):  # type: ignore[arg-type]
             pass
     await harness.aclose()
-    assert harness._stack is None and pids_with_env(marker) == []
+    assert not harness.started and pids_with_env(marker) == []
 
 
 @pytest.mark.parametrize(

@@ -33,9 +33,16 @@ import pytest
 
 from tests.e2e.test_cli import CLI, SynonymPolicy, _child_env
 from tests.faults.helpers import COUNTER_ENV, cmdline_of, pids_with_env, record_figures
-from verifiers_nemo import ConfigurationError, NeMoGymHarness, NeMoGymTaskset, RoutingProxy, load_environment
+from verifiers_nemo import (
+    ConfigurationError,
+    NeMoGymHarness,
+    NeMoGymTaskset,
+    ReplayServer,
+    RoutingProxy,
+    load_environment,
+)
 from verifiers_nemo._eval import EvalSettings
-from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks, unreproducible_reason
+from verifiers_nemo._replay import replay_tasks, unreproducible_reason
 
 pytestmark = pytest.mark.e2e
 
@@ -180,7 +187,7 @@ def test_api_refuses_a_judge_scored_environment_before_the_proxy_starts(
             step()
     env.close()
 
-    assert not proxy.running and env.harness._stack is None and not (tmp_path / "cache").exists()
+    assert not proxy.running and not env.harness.started and not (tmp_path / "cache").exists()
 
 
 # -- row 4: replaying an environment marked † is refused with the reason `envs` shows ----------------
@@ -307,7 +314,7 @@ async def test_resume_of_a_finished_run_shows_its_summary_without_checking_the_e
 @pytest.mark.asyncio(loop_scope="package")
 async def test_run_sync_inside_a_running_event_loop_runs_the_rollouts(harness: NeMoGymHarness) -> None:
     tasks = replay_tasks(NeMoGymTaskset(COUNTER_ENV, recorded=True, limit=3))
-    replay = ReplayUpstream.from_tasks(tasks).start()  # its own thread: this loop is blocked meanwhile
+    replay = ReplayServer.from_tasks(tasks).start()  # its own thread: this loop is blocked meanwhile
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)  # "coroutine ... was never awaited"
@@ -319,7 +326,7 @@ async def test_run_sync_inside_a_running_event_loop_runs_the_rollouts(harness: N
         (t.task_index, None, t.recorded_reward) for t in tasks
     ]
     assert not [t for t in threading.enumerate() if t.name.startswith("run_sync-")]
-    assert all(not loop.is_closed() for loop in harness._sessions)  # the worker's loop left no session
+    assert all(not loop.is_closed() for loop in harness.agents.session_loops)  # the worker's loop left no session
 
 
 # -- row 10: packages that cannot be installed name the CLI's way to ask for isolated venvs -----------

@@ -21,8 +21,7 @@ from aiohttp import web
 from tests.e2e.policies import PolicyServer, counter_policy
 from tests.e2e.test_stack import _listening_pid
 from tests.faults.helpers import COUNTER_ENV, record_figures, tagged_counter_rows, until
-from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
-from verifiers_nemo._result import RolloutResult
+from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset, RolloutResult
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
 

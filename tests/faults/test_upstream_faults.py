@@ -26,7 +26,7 @@ from tests.faults.helpers import (
 )
 from tests.unit.fake_upstream import FakeReply, FakeUpstream
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
-from verifiers_nemo._routing.proxy import STATUS_UPSTREAM_FAILED
+from verifiers_nemo._routing import STATUS_UPSTREAM_FAILED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
 

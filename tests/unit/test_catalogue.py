@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo._exceptions import ConfigurationError, UnknownEnvironmentError
-from verifiers_nemo._gym.catalogue import (
-    classify_config,
-    find_agent,
-    get_environment,
-    list_environments,
-)
+from verifiers_nemo import ConfigurationError, UnknownEnvironmentError, get_environment, list_environments
+from verifiers_nemo._gym.catalogue import classify_config, find_agent
 
 _SPEC = importlib.util.find_spec("nemo_gym")
 if _SPEC is None or _SPEC.origin is None:

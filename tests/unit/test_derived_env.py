@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import pickle
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers_nemo._exceptions import GymRuntimeError, MissingRequirementsError
+from verifiers_nemo import GymRuntimeError, MissingRequirementsError
 from verifiers_nemo._gym import ServerInstance, derived_env
 from verifiers_nemo._gym.runtime import GymRuntime, find_gym_runtime
 from verifiers_nemo._stack import requirements
@@ -26,9 +27,10 @@ def fake_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> GymRuntime:
     """A runtime whose site-packages is a folder of the test's (for keys; nothing is run with it)."""
     site = tmp_path / "site-packages"
     (site / "nemo_gym-0.4.0.dist-info").mkdir(parents=True)
-    monkeypatch.setattr(derived_env, "site_packages", lambda runtime: (site,))
     monkeypatch.setenv("VERIFIERS_NEMO_CACHE_DIR", str(tmp_path / "cache"))
-    return GymRuntime(python=tmp_path / "bin" / "python", prefix=tmp_path, root=tmp_path, nemo_gym_version="0.4.0")
+    return GymRuntime(
+        python=tmp_path / "bin" / "python", prefix=tmp_path, root=tmp_path, nemo_gym_version="0.4.0", site_dirs=(site,)
+    )
 
 
 @pytest.fixture
@@ -89,44 +91,44 @@ def test_env_lives_in_the_cache_under_its_key_and_is_not_ready_until_built(fake_
 # ---- one build, shared
 
 
-def test_a_ready_env_is_reused_without_building(fake_runtime: GymRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
-    builds = _count_builds(monkeypatch)
+def test_a_ready_env_is_reused_without_building(fake_runtime: GymRuntime) -> None:
+    builder = CountingBuilder()
     env = derived_env.derived_env(fake_runtime, ["tiktoken"])
     env.path.mkdir(parents=True)
     (env.path / derived_env.MARKER).write_text("{}")
 
-    assert derived_env.ensure_derived_env(fake_runtime, ["tiktoken"], label="mcqa") == env
-    assert builds == []
+    assert derived_env.ensure_derived_env(fake_runtime, ["tiktoken"], label="mcqa", build=builder) == env
+    assert builder.builds == []
 
 
-def test_a_half_built_env_is_built_again(fake_runtime: GymRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
-    builds = _count_builds(monkeypatch)
+def test_a_half_built_env_is_built_again(fake_runtime: GymRuntime) -> None:
+    builder = CountingBuilder()
     env = derived_env.derived_env(fake_runtime, ["tiktoken"])
     env.path.mkdir(parents=True)  # an interrupted build: no marker
 
-    derived_env.ensure_derived_env(fake_runtime, ["tiktoken"], label="mcqa")
+    derived_env.ensure_derived_env(fake_runtime, ["tiktoken"], label="mcqa", build=builder)
 
-    assert builds == [env.path]
+    assert builder.builds == [env.path]
 
 
 def test_a_process_waits_for_the_build_in_progress_and_reuses_it(
-    fake_runtime: GymRuntime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    fake_runtime: GymRuntime, caplog: pytest.LogCaptureFixture
 ) -> None:
-    builds = _count_builds(monkeypatch)
+    builder = CountingBuilder()
     env = derived_env.derived_env(fake_runtime, ["tiktoken"])
     env.path.mkdir(parents=True)
     caplog.set_level(logging.INFO, logger=derived_env.__name__)
     with open(env.lock_path, "a") as other_builder:  # a separate open file: flock excludes it like a process
         fcntl.flock(other_builder, fcntl.LOCK_EX)
         waiter = threading.Thread(target=derived_env.ensure_derived_env, args=(fake_runtime, ["tiktoken"]),
-                                  kwargs={"label": "mcqa"})  # fmt: skip
+                                  kwargs={"label": "mcqa", "build": builder})  # fmt: skip
         waiter.start()
         _wait_until(lambda: "Waiting for another process" in caplog.text, timeout=10)
         (env.path / derived_env.MARKER).write_text("{}")  # the other builder finishes
     waiter.join(timeout=10)
 
     assert not waiter.is_alive()
-    assert builds == []
+    assert builder.builds == []
 
 
 # ---- failures
@@ -164,29 +166,31 @@ def test_a_server_whose_requirements_cannot_install_is_named_with_the_fix(
 
 
 def test_without_uv_missing_requirements_are_refused_before_anything_starts(
-    fake_runtime: GymRuntime, monkeypatch: pytest.MonkeyPatch
+    real_runtime: GymRuntime, tmp_path: Path
 ) -> None:
     def no_uv(purpose: str | None = None) -> list[str]:
         raise GymRuntimeError(f"{purpose} needs `uv`, which is not installed: `pip install uv`.")
 
-    monkeypatch.setattr(requirements, "find_uv", no_uv)
-    monkeypatch.setattr(requirements, "missing_requirements", lambda wanted, runtime: {"s": ["tiktoken"]})
-    monkeypatch.setattr(requirements, "server_requirements", lambda instances, runtime: {"s": ("tiktoken",)})
+    server_dir = tmp_path / "gym" / "resources_servers" / "needs_more"
+    server_dir.mkdir(parents=True)
+    (server_dir / "requirements.txt").write_text(f"{NO_SUCH_PACKAGE}\n")
+    runtime = dataclasses.replace(real_runtime, root=tmp_path / "gym")  # the real interpreter, a server of ours
+    server = ServerInstance("s", "resources_servers", "needs_more", {})
 
-    with pytest.raises(MissingRequirementsError, match=r"(?s)s: tiktoken.*pip install uv"):
-        requirements.check_requirements("mcqa", [], fake_runtime)
-    assert requirements.check_requirements("mcqa", [], fake_runtime, isolated_venvs=True) == {"s"}
+    with pytest.raises(MissingRequirementsError, match=rf"(?s)s: {NO_SUCH_PACKAGE}.*pip install uv"):
+        requirements.check_requirements("mcqa", [server], runtime, uv=no_uv)
+    assert requirements.check_requirements("mcqa", [server], runtime, isolated_venvs=True, uv=no_uv) == {"s"}
 
 
-def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    builds: list[Path] = []
+class CountingBuilder:
+    """An installer that only writes the completion marker, and counts its builds."""
 
-    def build(env: derived_env.DerivedEnv, *args: object) -> None:
-        builds.append(env.path)
+    def __init__(self) -> None:
+        self.builds: list[Path] = []
+
+    def __call__(self, env: derived_env.DerivedEnv, *args: object) -> None:
+        self.builds.append(env.path)
         (env.path / derived_env.MARKER).write_text("{}")
-
-    monkeypatch.setattr(derived_env, "_build", build)
-    return builds
 
 
 def _wait_until(predicate: Callable[[], bool], timeout: float) -> None:

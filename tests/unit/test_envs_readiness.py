@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from verifiers_nemo import get_environment
 from verifiers_nemo._cli.envs import _env_row, _requirement_states
-from verifiers_nemo._gym import get_environment
 from verifiers_nemo._gym.derived_env import MARKER, derived_env
 from verifiers_nemo._gym.runtime import find_gym_runtime
 

@@ -316,7 +316,7 @@ def test_every_recorded_model_output_of_the_packaged_environments_passes_both_sc
     """The model outputs of nemo-gym's own recorded rollouts (what the replay policy serves)."""
     from pathlib import Path
 
-    from verifiers_nemo._upstreams.replay import _written_by_agent
+    from verifiers_nemo._replay.recordings import written_by_agent
 
     assert _gym is not None
     recordings = sorted((Path(_gym.__file__).parents[1] / "resources_servers").glob("*/data/example_rollouts.jsonl"))
@@ -327,7 +327,7 @@ def test_every_recorded_model_output_of_the_packaged_environments_passes_both_sc
             if not line.lstrip().startswith("{"):
                 continue  # blank lines, and the "<PLACEHOLDER ROW>" lines a few packages ship
             output = (json.loads(line).get("response") or {}).get("output") or []
-            items = [item for item in output if isinstance(item, dict) and not _written_by_agent(item)]
+            items = [item for item in output if isinstance(item, dict) and not written_by_agent(item)]
             reply = {
                 "id": "resp_1",
                 "created_at": 1,

@@ -12,13 +12,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from verifiers_nemo import ConfigurationError, Endpoint, RoutingProxy
+from verifiers_nemo import ConfigurationError, Endpoint, FunctionUpstream, RoutingProxy, get_environment
 from verifiers_nemo._cli.parser import build_parser
 from verifiers_nemo._cli.settings import judge_settings
-from verifiers_nemo._gym import get_environment, merged_configs
-from verifiers_nemo._gym.judges import judge_refs, plan_judges
-from verifiers_nemo._judge import JudgeEndpoints
-from verifiers_nemo._upstreams import FunctionUpstream
+from verifiers_nemo._gym import merged_configs
+from verifiers_nemo._judge import JudgeEndpoints, judge_refs, plan_judges
 
 # -- the config rewrite ------------------------------------------------------------------------------
 

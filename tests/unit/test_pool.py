@@ -10,14 +10,12 @@ from typing import Any
 
 import pytest
 
-from verifiers_nemo import ConfigurationError, Endpoint, RolloutResult, Task
+from verifiers_nemo import ConfigurationError, Endpoint, GymServerDown, NeMoGymPool, RolloutResult, Task, WorkerLost
 from verifiers_nemo._cli.parser import build_parser
 from verifiers_nemo._cli.settings import new_settings
 from verifiers_nemo._dispatch import EndpointPicker, LeastLoaded, stream_rollouts
 from verifiers_nemo._eval import format_summary, run_metadata
 from verifiers_nemo._eval.settings import MIX_STRIDE
-from verifiers_nemo._exceptions import GymServerDown, WorkerLost
-from verifiers_nemo._scale import NeMoGymPool
 
 
 def task(index: int, env: str | None = "a", rollout: int = 0) -> Task:

@@ -15,11 +15,16 @@ import aiohttp
 import pytest
 
 from tests.unit.fake_upstream import FakeReply, FakeUpstream
-from verifiers_nemo._endpoint import Endpoint
-from verifiers_nemo._exceptions import ConfigurationError, UpstreamError
-from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, RoutingProxy, get_proxy
-from verifiers_nemo._routing.trace import PolicyCall, check_contiguity
-from verifiers_nemo._upstreams import FunctionUpstream
+from verifiers_nemo import (
+    ConfigurationError,
+    Endpoint,
+    FunctionUpstream,
+    PolicyCall,
+    RoutingProxy,
+    UpstreamError,
+    check_contiguity,
+)
+from verifiers_nemo._routing import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, get_proxy
 
 # nemo-gym retries these statuses (429/502/503/504/520 forever): the proxy must never answer them.
 GYM_RETRY_STATUSES = {429, 500, 502, 503, 504, 520}

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from verifiers_nemo._tasks import Task
-from verifiers_nemo._upstreams.replay import ReplayUpstream, replay_tasks
+from verifiers_nemo import ReplayServer, Task
+from verifiers_nemo._replay import replay_tasks
 
 
 def message(text: str, role: str = "assistant") -> dict[str, Any]:
@@ -91,19 +91,19 @@ def task(index: int, row: dict[str, Any]) -> Task:
 
 
 @pytest.fixture
-def replay() -> Iterator[ReplayUpstream]:
+def replay() -> Iterator[ReplayServer]:
     rows = [EVALUATIONS_ROW, PARAMS_ROW, OUTPUT_ROW, RUBRIC_ROW]
-    with ReplayUpstream.from_tasks([task(i, row) for i, row in enumerate(rows)]) as upstream:
+    with ReplayServer.from_tasks([task(i, row) for i, row in enumerate(rows)]) as upstream:
         yield upstream
 
 
-def ask_judge(replay: ReplayUpstream, prompt: str, **extra: Any) -> httpx.Response:
+def ask_judge(replay: ReplayServer, prompt: str, **extra: Any) -> httpx.Response:
     endpoint = replay.judge_endpoint("judge_model")
     body = {"model": "any-judge", "temperature": 0.0, "input": [{"role": "user", "content": prompt}], **extra}
     return httpx.post(f"{endpoint.base_url}/responses", json=body, headers=endpoint.extra_headers)
 
 
-def test_judge_endpoint_reaches_the_same_server_apart_from_policy_calls(replay: ReplayUpstream) -> None:
+def test_judge_endpoint_reaches_the_same_server_apart_from_policy_calls(replay: ReplayServer) -> None:
     endpoint = replay.judge_endpoint("genrm_model")
 
     assert endpoint.api == "responses"
@@ -112,7 +112,7 @@ def test_judge_endpoint_reaches_the_same_server_apart_from_policy_calls(replay: 
 
 
 def test_judge_request_gets_the_recorded_judge_evaluation_whatever_its_model_and_sampling(
-    replay: ReplayUpstream,
+    replay: ReplayServer,
 ) -> None:
     reply = ask_judge(replay, "Expected: 4\nGenerated: 4", max_output_tokens=64)
 
@@ -120,13 +120,13 @@ def test_judge_request_gets_the_recorded_judge_evaluation_whatever_its_model_and
     assert reply.json() == judge_response("[[A=B]]")
 
 
-def test_judge_request_gets_the_recorded_judge_response_of_a_single_judge_call(replay: ReplayUpstream) -> None:
+def test_judge_request_gets_the_recorded_judge_response_of_a_single_judge_call(replay: ReplayServer) -> None:
     reply = ask_judge(replay, "Grade this summary: It grew.")
 
     assert reply.json() == judge_response("score: 80")
 
 
-def test_text_only_recording_answers_the_prompt_that_holds_its_question_and_answer(replay: ReplayUpstream) -> None:
+def test_text_only_recording_answers_the_prompt_that_holds_its_question_and_answer(replay: ReplayServer) -> None:
     reply = ask_judge(replay, "Question: Capital of France?\nGold: Paris\nPredicted: Paris\nGrade it.")
 
     assert reply.status_code == 200
@@ -135,7 +135,7 @@ def test_text_only_recording_answers_the_prompt_that_holds_its_question_and_answ
     assert body["output"][0]["content"][0]["text"] == "Grade: A"
 
 
-def test_text_only_recording_answers_a_chat_completions_judge_request(replay: ReplayUpstream) -> None:
+def test_text_only_recording_answers_a_chat_completions_judge_request(replay: ReplayServer) -> None:
     endpoint = replay.judge_endpoint()
     prompt = "Question: Capital of France?\nPredicted: Paris"
     body = {"model": "any-judge", "messages": [{"role": "user", "content": prompt}]}
@@ -151,13 +151,13 @@ def test_text_only_recordings_of_one_question_are_told_apart_by_the_most_specifi
         recorded_row("2*21?", "4", question="2*21?", extracted_answer="4", judge_output="wrong"),
         recorded_row("2*21?", "42", question="2*21?", extracted_answer="42", judge_output="right"),
     ]
-    with ReplayUpstream.from_tasks([task(i, row) for i, row in enumerate(rows)]) as replay:
+    with ReplayServer.from_tasks([task(i, row) for i, row in enumerate(rows)]) as replay:
         reply = ask_judge(replay, "Question: 2*21?\nPredicted: 42")
 
     assert reply.json()["output"][0]["content"][0]["text"] == "right"
 
 
-def test_rubric_recording_answers_the_same_user_prompt(replay: ReplayUpstream) -> None:
+def test_rubric_recording_answers_the_same_user_prompt(replay: ReplayServer) -> None:
     reply = ask_judge(
         replay,
         "ignored",
@@ -170,7 +170,7 @@ def test_rubric_recording_answers_the_same_user_prompt(replay: ReplayUpstream) -
     assert reply.json()["output"][0]["content"][0]["text"] == "YES"
 
 
-def test_judge_request_no_recording_has_is_refused(replay: ReplayUpstream) -> None:
+def test_judge_request_no_recording_has_is_refused(replay: ReplayServer) -> None:
     reply = ask_judge(replay, "Expected: 5\nGenerated: 4")
 
     assert reply.status_code == 404
@@ -179,7 +179,7 @@ def test_judge_request_no_recording_has_is_refused(replay: ReplayUpstream) -> No
     assert "judge request" in error["message"] and "no recording has" in error["message"]
 
 
-def test_policy_calls_are_unaffected_by_judge_recordings(replay: ReplayUpstream) -> None:
+def test_policy_calls_are_unaffected_by_judge_recordings(replay: ReplayServer) -> None:
     endpoint = replay.endpoint_for(task(0, EVALUATIONS_ROW))
     policy = {"model": "replay", "input": [{"role": "user", "content": "What is 2+2?"}]}
     judge_on_policy_path = {"model": "replay", "input": [{"role": "user", "content": "Expected: 4\nGenerated: 4"}]}
@@ -200,7 +200,7 @@ def test_replay_tasks_keep_the_judge_calls_of_rows_rebuilt_from_the_dataset(tmp_
     tasks = replay_tasks(_Taskset(env, [task(0, EVALUATIONS_ROW)]))
 
     assert "judge_evaluations" not in tasks[0].row and tasks[0].row["gold"] == "4"
-    with ReplayUpstream.from_tasks(tasks) as replay:
+    with ReplayServer.from_tasks(tasks) as replay:
         assert ask_judge(replay, "Expected: 4\nGenerated: 4").status_code == 200
 
 

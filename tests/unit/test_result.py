@@ -6,17 +6,11 @@ import math
 
 import pytest
 
-from verifiers_nemo import ConfigurationError, InvalidResult, NeMoGymHarness
+from verifiers_nemo import ConfigurationError, InvalidResult, NeMoGymHarness, RolloutResult
 from verifiers_nemo._harness import split_sampling_args
-from verifiers_nemo._protocol import output_to_messages
-from verifiers_nemo._result import (
-    ROUTE_METADATA_KEY,
-    RolloutResult,
-    extract_metrics,
-    parse_reward,
-    strip_route,
-    sum_usage,
-)
+from verifiers_nemo._protocol import output_to_messages, sum_usage
+from verifiers_nemo._result import extract_metrics, map_gym_result, parse_reward
+from verifiers_nemo._routing import ROUTE_METADATA_KEY, strip_route
 
 
 @pytest.mark.parametrize(("value", "expected"), [(1, 1.0), (0.25, 0.25), ("0.5", 0.5), (" 1 ", 1.0), (-2, -2.0)])
@@ -33,6 +27,38 @@ def test_anything_else_as_reward_is_an_invalid_result(value) -> None:
 def test_numeric_and_bool_top_level_fields_other_than_reward_are_metrics() -> None:
     gym_result = {"reward": 1.0, "accuracy": 0.5, "hit": True, "name": "x", "nested": {"a": 1}, "n": 3}
     assert extract_metrics(gym_result) == {"accuracy": 0.5, "hit": 1.0, "n": 3.0}
+
+
+def test_identifiers_and_the_mask_flag_are_not_metrics() -> None:
+    gym_result = {"reward": 0.0, "question_id": 2, "index": 4, "task_idx": 1, "id": 9, "mask_sample": True, "f1": 0.5}
+    assert extract_metrics(gym_result) == {"f1": 0.5}
+
+
+def test_a_sample_gym_masks_keeps_its_reward_and_failure_but_is_not_scored() -> None:
+    result = RolloutResult(task_index=0, rollout_index=0)
+    gym_result = {
+        "reward": 0.0,
+        "mask_sample": True,
+        "failure_kind": "judge_failed",
+        "failure_reason": "judge endpoint unreachable",
+        "response": {"output": []},
+    }
+    map_gym_result(result, gym_result, "vnr-key", "m")
+
+    assert result.masked and result.reward == 0.0 and result.error is None and not result.scored
+    row = result.to_dict()
+    assert (row["masked"], row["failure_kind"], row["failure_reason"]) == (
+        True,
+        "judge_failed",
+        "judge endpoint unreachable",
+    )
+    assert "mask_sample" not in result.metrics
+
+
+def test_a_failure_kind_is_kept_when_the_sample_is_not_masked() -> None:
+    result = RolloutResult(task_index=0, rollout_index=0)
+    map_gym_result(result, {"reward": 1.0, "failure_kind": "partial_tool_error"}, "vnr-key", "m")
+    assert result.scored and not result.masked and result.to_dict()["failure_kind"] == "partial_tool_error"
 
 
 def test_output_becomes_chat_messages_with_tool_calls_results_and_reasoning_apart() -> None:
@@ -98,4 +124,4 @@ def test_environment_scored_by_a_judge_model_given_no_judge_is_refused_before_an
     harness = NeMoGymHarness("aalcr")
     with pytest.raises(ConfigurationError, match=r"judge model .*no judge endpoint was given. Pass --judge-base-url"):
         harness.start()
-    assert harness._stack is None and harness._proxy is None
+    assert not harness.started

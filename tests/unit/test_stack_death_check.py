@@ -8,12 +8,9 @@ import socket
 import time
 from pathlib import Path
 
-import pytest
-
-from verifiers_nemo import _harness
 from verifiers_nemo._gym.config import ServerInstance
-from verifiers_nemo._harness import NeMoGymHarness
 from verifiers_nemo._stack import GymStack, Launch, StackConfig
+from verifiers_nemo._stack.agent_client import GymAgentClient
 from verifiers_nemo._stack.deaths import Deaths
 
 CONFIG = """\
@@ -46,21 +43,20 @@ class FakeStack:
 
 async def test_the_monitors_verdict_wins_over_a_probe_that_still_sees_the_dying_agent() -> None:
     stack = FakeStack(dies_after=0.05, probe_alive=True)
-    assert await NeMoGymHarness._died(stack, 1)  # type: ignore[arg-type]
+    assert await GymAgentClient().died(stack, 1)  # type: ignore[arg-type]
     assert stack.probes == 0
 
 
-async def test_a_live_stack_that_dropped_a_request_is_not_called_dead(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_harness, "DEATH_GRACE_S", 0.1)
+async def test_a_live_stack_that_dropped_a_request_is_not_called_dead() -> None:
     stack = FakeStack(dies_after=None, probe_alive=True)
     started = time.monotonic()
-    assert not await NeMoGymHarness._died(stack, 1)  # type: ignore[arg-type]
+    assert not await GymAgentClient(death_grace=0.1).died(stack, 1)  # type: ignore[arg-type]
     assert stack.probes == 1 and time.monotonic() - started >= 0.1
 
 
-async def test_a_probe_finding_a_server_gone_calls_the_stack_dead(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_harness, "DEATH_GRACE_S", 0.1)
-    assert await NeMoGymHarness._died(FakeStack(dies_after=None, probe_alive=False), 1)  # type: ignore[arg-type]
+async def test_a_probe_finding_a_server_gone_calls_the_stack_dead() -> None:
+    client = GymAgentClient(death_grace=0.1)
+    assert await client.died(FakeStack(dies_after=None, probe_alive=False), 1)  # type: ignore[arg-type]
 
 
 class _Alive:
@@ -89,8 +85,7 @@ def _starting_stack(tmp_path: Path) -> tuple[GymStack, Launch]:
         servers={"tiny_agent": (instance, _unused_port())},  # nothing listens there yet
         started_at=time.monotonic(),
     )
-    stack._launch, stack._generation = launch, 1  # what start() has done before waiting for readiness
-    stack._deaths.begin(1)
+    stack.begin_generation(launch)  # what start() has done before waiting for readiness
     return stack, launch
 
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from verifiers_nemo._exceptions import ConfigurationError, TasksetError
-from verifiers_nemo._gym.catalogue import get_environment, list_environments
-from verifiers_nemo._tasks import NeMoGymTaskset, SkippedRows, Task
+from verifiers_nemo import ConfigurationError, NeMoGymTaskset, Task, TasksetError, get_environment, list_environments
+from verifiers_nemo._tasks import SkippedRows
 from verifiers_nemo._tasks.validation import NEMO_GYM_0_4_PARAMS, gym_params
 
 _SPEC = importlib.util.find_spec("nemo_gym")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from verifiers_nemo._exceptions import UpstreamConversionError, UpstreamError
+from verifiers_nemo import UpstreamConversionError, UpstreamError
 from verifiers_nemo._protocol import finish_response, input_to_messages, responses_to_chat_request
 from verifiers_nemo._protocol.gym_schema import validate_policy_reply
 from verifiers_nemo._upstreams import chat_to_responses_reply

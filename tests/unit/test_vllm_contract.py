@@ -11,12 +11,11 @@ import aiohttp
 import pytest
 
 from tests.unit.saved_vllm import Answer, SavedVllm, load, raw
-from verifiers_nemo._endpoint import Endpoint
+from verifiers_nemo import Endpoint, PolicyCall, RoutingProxy, check_contiguity
 from verifiers_nemo._protocol import input_to_messages, responses_to_chat_request
 from verifiers_nemo._protocol.gym_schema import validate_policy_reply
 from verifiers_nemo._protocol.token_data import OUTPUT_LOGPROBS, ask_for_token_data
-from verifiers_nemo._routing.proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, Route, RoutingProxy
-from verifiers_nemo._routing.trace import PolicyCall, check_contiguity
+from verifiers_nemo._routing import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, Route
 
 
 @pytest.fixture

@@ -90,8 +90,8 @@ def _env_row(env: Any, states: dict[Path, str]) -> dict[str, Any]:
     from .._gym import POLICY_MODEL
     from .._gym.config import load_yaml
     from .._gym.env_vars import config_variables
+    from .._replay import unreproducible_reason
     from .._stack.requirements import CACHED, INSTALLED, TO_INSTALL
-    from .._upstreams import unreproducible_reason
 
     needs = [n for n, flag in (("judge", env.needs_judge), ("external", env.needs_external)) if flag]
     agent = env.default_agent

@@ -54,7 +54,7 @@ def _check_environment(settings: EvalSettings) -> None:
     """The Gym environment exists and can run this policy (else a refusal, before anything starts or is
     written)."""
     from .._gym import get_environment
-    from .._upstreams import unreproducible_reason
+    from .._replay import unreproducible_reason
 
     for name in settings.env_names:
         env = get_environment(name)
@@ -88,7 +88,7 @@ def _run_eval(
         read_results,
         resolve_api_key,
     )
-    from .._upstreams import unreproducible_reason
+    from .._replay import unreproducible_reason
 
     resuming = folder is not None
     previous: list[dict[str, Any]] = []

@@ -9,12 +9,12 @@ from .console import fail
 
 
 def cmd_replay_server(args: argparse.Namespace) -> int:
-    from .._upstreams.replay_server import replay_upstream, serve_forever
+    from .._replay.serve import replay_server, serve_forever
 
     if not args.env and not args.jsonl_path:
         return fail("name the environment whose recorded rollouts to serve (ENV), or pass --jsonl-path FILE.")
     try:
-        upstream = replay_upstream(args.env, jsonl_path=args.jsonl_path)
+        upstream = replay_server(args.env, jsonl_path=args.jsonl_path)
     except VerifiersNemoError as exc:
         return fail(str(exc))
     return serve_forever(upstream, nemo_env=args.env, port_file=args.port_file)

@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import ipaddress
 import logging
-import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._endpoint import ApiKey, is_loopback, read_api_key
 from .._exceptions import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_API_KEY_VAR = "OPENAI_API_KEY"
 PREFLIGHT_TIMEOUT_S = 5.0
-_VAR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _API_ROUTES = ("/chat/completions", "/completions", "/responses", "/models")
 OPENAI_PREFIX = "/v1"
 """Where OpenAI-compatible servers (vLLM, SGLang, TGI, OpenAI itself) serve their routes."""
@@ -68,45 +63,12 @@ def check_base_url(url: str) -> str:
     return url
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True)
-class ApiKey:
-    """The key for the endpoint (never logged) and the variable it came from."""
-
-    value: str | None
-    var: str
-    explicit: bool
-    """The variable was named with ``-k`` (so it must be set)."""
-
-
 def resolve_api_key(var: str | None, environ: Mapping[str, str] | None = None) -> ApiKey:
-    """Read the API key variable. A variable named with ``-k`` must be set; the default
-    ``OPENAI_API_KEY`` may be unset (keyless local servers), and a server that then refuses the
-    request at preflight gets a message naming the variable."""
-    environ = os.environ if environ is None else environ
-    explicit = var is not None
-    name = var if var is not None else DEFAULT_API_KEY_VAR
-    if not _VAR_NAME.fullmatch(name):
-        # never echo it: people sometimes pass the key itself
-        raise PreflightError(
-            "-k takes the NAME of the environment variable that holds the API key (e.g. -k OPENAI_API_KEY), "
-            "not the key itself; what was given is no variable name."
-        )
-    value = environ.get(name) or None
-    if explicit and value is None:
-        raise PreflightError(
-            f"The API key variable ${name} (named with -k) is not set. Export it (export {name}=...) "
-            "or name another variable with -k."
-        )
-    return ApiKey(value=value, var=name, explicit=explicit)
+    """Read the ``-k`` API key variable (see ``read_api_key``); bad input is a ``PreflightError``."""
+    try:
+        return read_api_key(var, environ, option="-k")
+    except ConfigurationError as exc:
+        raise PreflightError(str(exc)) from None
 
 
 async def list_models(base_url: str, key: ApiKey, *, timeout: float = PREFLIGHT_TIMEOUT_S) -> list[str] | None:

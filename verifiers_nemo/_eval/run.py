@@ -16,12 +16,12 @@ from .settings import MIX_STRIDE, EvalSettings, check_env_args
 
 if TYPE_CHECKING:
     from .._endpoint import Endpoint
-    from .._environment import NeMoGymEnv
+    from .._factory import NeMoGymEnv
     from .._harness import NeMoGymHarness
+    from .._replay import ReplayServer
     from .._result import RolloutResult
     from .._scale import NeMoGymPool
     from .._tasks import Task
-    from .._upstreams import ReplayUpstream
 
 
 class RunObserver(Protocol):
@@ -63,7 +63,7 @@ class Evaluation:
         """The (first) environment."""
         self.envs: list[NeMoGymEnv] = []
         self.tasks: list[Task] = []
-        self._replay: ReplayUpstream | None = None
+        self._replay: ReplayServer | None = None
         self.pool: NeMoGymPool | None = None
         """With ``settings.ray``: the Ray actors that run the rollouts (``env.harness`` only checks then)."""
         self.timing = SessionTiming()
@@ -99,7 +99,7 @@ class Evaluation:
         self.tasks = []
         for position, env in enumerate(self.envs):
             if s.policy == "replay":
-                from .._upstreams import replay_tasks
+                from .._replay import replay_tasks
 
                 own = replay_tasks(env.taskset)
             else:
@@ -114,7 +114,7 @@ class Evaluation:
         return self.tasks
 
     def _load_env(self, name: str, args: dict[str, Any], judge: dict[str, Endpoint] | None) -> NeMoGymEnv:
-        from .._environment import load_environment
+        from .._factory import load_environment
 
         s = self.settings
         try:
@@ -159,35 +159,23 @@ class Evaluation:
 
     def _judge_endpoints(self) -> dict[str, Endpoint]:
         """The judges of the settings as endpoints (keys read from their variables now)."""
-        from .._endpoint import Endpoint
-        from .preflight import check_base_url, resolve_api_key
+        from .._judge import judge_endpoint
+        from .preflight import check_base_url
 
-        endpoints = {}
-        for name, judge in self.settings.judges.items():
-            url = check_base_url(judge["base_url"])
-            key = resolve_api_key(judge.get("api_key_var"))
-            endpoints[name] = Endpoint(
-                base_url=url,
-                model=judge["model"],
-                api_key=key.value or "EMPTY",
+        return {
+            name: judge_endpoint(
+                check_base_url(judge["base_url"]),
+                judge["model"],
+                api_key_var=judge.get("api_key_var"),
                 api=judge.get("api") or "responses",
-                name=f"{judge['model']} @ {url}",
             )
-        return endpoints
+            for name, judge in self.settings.judges.items()
+        }
 
     def _count_judge_calls(self) -> None:
-        harness = self.harness
-        for name, calls in harness.judge_calls().items():
-            entry = self.judges.setdefault(
-                name,
-                {"target": harness.judge_label(name), "calls": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0},
-            )
-            entry["calls"] += len(calls)
-            entry["failed"] += sum(1 for c in calls if c.error is not None or c.status >= 400)
-            for call in calls:
-                usage = call.usage or {}
-                entry["input_tokens"] += usage.get("input_tokens") or 0
-                entry["output_tokens"] += usage.get("output_tokens") or 0
+        from .._judge.router import tally_judge_calls
+
+        tally_judge_calls(self.judges, self.harness.judge_calls(), self.harness.judge_label)
 
     def use_api_key(self, api_key: str | None) -> None:
         """The endpoint's API key (call before ``start``: Gym processes must not inherit it)."""
@@ -226,11 +214,11 @@ class Evaluation:
 
         return Endpoint(base_url="http://127.0.0.1:9/v1", model=REPLAY_MODEL, name="replay (on each Ray actor)")
 
-    def _replay_server(self, tasks: Sequence[Task]) -> ReplayUpstream:
+    def _replay_server(self, tasks: Sequence[Task]) -> ReplayServer:
         if self._replay is None:
-            from .._upstreams import ReplayUpstream
+            from .._replay import ReplayServer
 
-            self._replay = ReplayUpstream.from_tasks(list(tasks)).start()
+            self._replay = ReplayServer.from_tasks(list(tasks)).start()
         return self._replay
 
     @property

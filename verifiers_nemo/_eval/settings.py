@@ -97,7 +97,7 @@ RUN_DEFINING = (
 
 def env_arg_names() -> frozenset[str]:
     """The keys ``-a`` accepts: ``load_environment``'s and ``NeMoGymHarness``'s keyword arguments."""
-    from .._environment import load_environment
+    from .._factory import load_environment
     from .._harness import NeMoGymHarness
 
     names = set(inspect.signature(load_environment).parameters)

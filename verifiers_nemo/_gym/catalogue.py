@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from .._exceptions import ConfigurationError, UnknownEnvironmentError
+from .._judge.config import judge_names
 from .config import (
     POLICY_MODEL,
     RESOURCES_SERVERS,
@@ -41,7 +42,6 @@ from .config import (
     requirements_beyond_nemo_gym,
     server_entries,
 )
-from .judges import judge_refs
 from .runtime import gym_root
 
 logger = logging.getLogger(__name__)
@@ -124,8 +124,25 @@ class GymServer:
     type: str
 
 
+class _Needs:
+    """What a config (or an environment, by its default config) needs beyond Gym, as booleans."""
+
+    judge_models: tuple[str, ...]
+    external_reasons: tuple[str, ...]
+
+    @property
+    def needs_judge(self) -> bool:
+        """A resources server calls a model while scoring (see ``classify_config``)."""
+        return bool(self.judge_models)
+
+    @property
+    def needs_external(self) -> bool:
+        """A service, credential or download is needed (see ``classify_config``)."""
+        return bool(self.external_reasons)
+
+
 @dataclass(frozen=True)
-class GymConfig:
+class GymConfig(_Needs):
     """One config YAML of an environment and what running it needs."""
 
     path: Path
@@ -146,21 +163,13 @@ class GymConfig:
         return self.path.name
 
     @property
-    def needs_judge(self) -> bool:
-        return bool(self.judge_models)
-
-    @property
-    def needs_external(self) -> bool:
-        return bool(self.external_reasons)
-
-    @property
     def model_servers(self) -> tuple[str, ...]:
         """Model server instances this config defines besides ``policy_model`` (judges and the like)."""
         return tuple(s.name for s in self.servers if s.kind == RESPONSES_API_MODELS and s.name != POLICY_MODEL)
 
 
 @dataclass(frozen=True)
-class GymEnvironment:
+class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_reasons are properties here
     """A packaged NeMo Gym environment (``resources_servers/<name>/``) and what it needs to run."""
 
     name: str
@@ -247,16 +256,6 @@ class GymEnvironment:
         return self.default_config.external_reasons if self.default_config else ()
 
     @property
-    def needs_judge(self) -> bool:
-        """The default config's resources server calls a model while scoring (see ``classify_config``)."""
-        return bool(self.judge_models)
-
-    @property
-    def needs_external(self) -> bool:
-        """The default config needs a service, credential or download (see ``classify_config``)."""
-        return bool(self.external_reasons)
-
-    @property
     def runs_offline_with_nemo_gym_only(self) -> bool:
         """Runnable with nothing but nemo-gym: an agent, no extra packages, no judge, no external need."""
         return (
@@ -300,7 +299,7 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
     a ``responses_api_models`` definition *is* a judge endpoint, so its keys and URLs count as the
     judge, not as an external service.
 
-    Judge: a resources server calls a model while scoring when it
+    Judge (read by ``_judge.config.judge_names``): a resources server calls a model while scoring when it
 
     * has a key ending in ``_model_server`` that refers to ``{type: responses_api_models, name: N}``
       (``N`` may be ``policy_model``: the policy then grades itself, which still needs a live model),
@@ -328,18 +327,11 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
     Rules 2 and 3 read source text (never import it); they are heuristics, and each hit says why in
     its reason string so a wrong call is easy to spot.
     """
-    judges: list[str] = []
+    judges = judge_names(doc)
     reasons: list[str] = []
     for entry_name, kind, type_name, definition in server_entries(doc):
         if kind == RESPONSES_API_MODELS:
             continue
-        if kind == RESOURCES_SERVERS:
-            judges += [ref.target for ref in judge_refs({entry_name: {kind: {type_name: definition}}})]
-            for key, value in definition.items():
-                if str(key).startswith("judge_") and isinstance(value, str):
-                    for var, _default in _parse_interpolations(value):
-                        if var.endswith("_base_url"):
-                            judges.append("${" + var + "}")
         for path, text in config_strings(definition):
             for var, default in _parse_interpolations(text):
                 if _ADDRESS_OR_SECRET.search(var):

@@ -21,7 +21,10 @@ import yaml
 RESOURCES_SERVERS = "resources_servers"
 RESPONSES_API_AGENTS = "responses_api_agents"
 RESPONSES_API_MODELS = "responses_api_models"
-SERVER_TYPES = (RESOURCES_SERVERS, RESPONSES_API_AGENTS, RESPONSES_API_MODELS)
+ENVIRONMENT_SERVERS = "environment_servers"
+LEGACY_AGENT_RELAY = "legacy_agent"
+"""nemo-gym >= 0.7: servers in front of an agent (``legacy_agent`` relays ``/run`` to the one it names)."""
+SERVER_TYPES = (RESOURCES_SERVERS, RESPONSES_API_AGENTS, RESPONSES_API_MODELS, ENVIRONMENT_SERVERS)
 POLICY_MODEL = "policy_model"
 """The model server name Gym configs use for the policy being trained or evaluated."""
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available, same semantics
@@ -34,7 +37,7 @@ class ServerInstance:
     name: str
     """The instance name (top-level key), e.g. ``example_multi_step_simple_agent``."""
     server_type: str
-    """``resources_servers``, ``responses_api_agents`` or ``responses_api_models``."""
+    """``resources_servers``, ``responses_api_agents``, ``responses_api_models`` or ``environment_servers``."""
     implementation: str
     """The server's directory name under its type, e.g. ``simple_agent``."""
     config: dict[str, Any] = field(repr=False, compare=False, hash=False)
@@ -47,6 +50,17 @@ class ServerInstance:
     def override_prefix(self) -> str:
         """The dotted path of this instance's settings, for ``++key=value`` overrides."""
         return f"{self.name}.{self.server_type}.{self.implementation}"
+
+    def relays_run_of(self, agent: str) -> bool:
+        """Whether this is an environment server that relays ``agent``'s ``/run`` unchanged (nemo-gym's
+        ``legacy_agent``: Gym's own collector posts rollouts there, not to the agent)."""
+        ref = self.config.get("agent_server")
+        return (
+            self.server_type == ENVIRONMENT_SERVERS
+            and self.implementation == LEGACY_AGENT_RELAY
+            and isinstance(ref, dict)
+            and ref.get("name") == agent
+        )
 
     def references(self) -> list[tuple[str, str]]:
         """Other servers this one refers to, as ``(server_type, instance_name)``."""

@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +90,10 @@ class DerivedEnv:
         return self.path.with_name(self.path.name + ".lock")
 
 
+Builder = Callable[["DerivedEnv", GymRuntime, str, "Path | None"], None]
+"""``build(env, runtime, label, base)``: installs ``env`` and writes its completion marker."""
+
+
 def derived_envs_dir() -> Path:
     """Where derived environments are cached."""
     return cache_dir() / "derived-envs"
@@ -131,11 +135,17 @@ def derived_env(runtime: GymRuntime, requirements: Iterable[str], *, base: Path 
 
 
 def ensure_derived_env(
-    runtime: GymRuntime, requirements: Iterable[str], *, label: str, base: Path | None = None
+    runtime: GymRuntime,
+    requirements: Iterable[str],
+    *,
+    label: str,
+    base: Path | None = None,
+    build: Builder | None = None,
 ) -> DerivedEnv:
     """The derived environment of ``requirements``, installed now unless cached (blocking; a process
     building it already is waited for). Raises GymRuntimeError with uv's explanation when the
-    requirements cannot be installed. ``label`` names what needs them in messages."""
+    requirements cannot be installed. ``label`` names what needs them in messages. ``build`` replaces the
+    installer (``install_derived_env``: uv), e.g. with one that only writes the completion marker."""
     env = derived_env(runtime, requirements, base=base)
     if env.ready:
         return env
@@ -147,11 +157,13 @@ def ensure_derived_env(
             logger.info("Waiting for another process installing the requirements of %s ...", label)
             fcntl.flock(lock, fcntl.LOCK_EX)
         if not env.ready:  # nobody built it while we waited
-            _build(env, runtime, label, base)
+            (build or install_derived_env)(env, runtime, label, base)
     return env
 
 
-def _build(env: DerivedEnv, runtime: GymRuntime, label: str, base: Path | None) -> None:
+def install_derived_env(env: DerivedEnv, runtime: GymRuntime, label: str, base: Path | None) -> None:
+    """Build ``env`` with uv: a venv whose ``.pth`` adds the runtime's site-packages, the requirements
+    installed into it pinned to the runtime's versions, then the completion marker."""
     uv = find_uv(f"Installing the requirements of {label}")
     count = len(env.requirements)
     logger.info("Installing %d requirement%s for %s (first run only)…", count, "" if count == 1 else "s", label)

@@ -5,7 +5,8 @@ speaks HTTP. The runtime is, in order of preference:
 
 1. the interpreter named by ``gym_python=`` or ``VERIFIERS_NEMO_GYM_PYTHON``;
 2. the current interpreter, when ``nemo_gym`` is importable here;
-3. a managed venv built once with ``uv`` into the cache directory and reused.
+3. a managed venv built once with ``uv`` into the cache directory and reused: the newest nemo-gym release an
+   interpreter here can run, or the series asked for (``releases``).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import GymRuntimeError
+from . import releases
 
 logger = logging.getLogger(__name__)
 
-NEMO_GYM_REQUIREMENT = "nemo-gym>=0.4.0,<0.5"
+NEMO_GYM_REQUIREMENT = "nemo-gym>=0.4.0,<0.8"
 GYM_PYTHON_ENV_VAR = "VERIFIERS_NEMO_GYM_PYTHON"
 CACHE_DIR_ENV_VAR = "VERIFIERS_NEMO_CACHE_DIR"
 
@@ -58,6 +60,8 @@ class GymRuntime:
     root: Path
     """The directory holding ``nemo_gym/``, ``resources_servers/``, ``responses_api_agents/``..."""
     nemo_gym_version: str
+    site_dirs: tuple[Path, ...] | None = None
+    """Its site-packages directories when known (else asked of the interpreter by ``site_packages``)."""
 
     @property
     def bin_dir(self) -> Path:
@@ -66,32 +70,6 @@ class GymRuntime:
     @property
     def ng_run(self) -> Path:
         return self.bin_dir / "ng_run"
-
-
-def find_python312() -> Path:
-    """A Python >= 3.12 to build the managed runtime with, or a clear error naming what to install."""
-    candidates: list[Path] = []
-    if sys.version_info >= (3, 12):
-        candidates.append(Path(sys.executable))
-    pyenv_root = os.environ.get("PYENV_ROOT") or str(Path.home() / ".pyenv")
-    versions = Path(pyenv_root) / "versions"
-    if versions.is_dir():
-        for entry in sorted(versions.iterdir(), reverse=True):
-            if entry.name.startswith("3.12."):
-                candidates.append(entry / "bin" / "python3")
-    for name in ("python3.12", "python3.13"):
-        found = shutil.which(name)
-        if found:
-            candidates.append(Path(found))
-    for candidate in candidates:
-        if candidate.exists():
-            return candidate
-    raise GymRuntimeError(
-        "nemo-gym 0.4 needs Python 3.12, and none was found (looked at this interpreter, "
-        f"{versions}/3.12.*, python3.12 and python3.13 on PATH). Install one, e.g. "
-        "`pyenv install 3.12` or `apt-get install python3.12`, or point "
-        f"{GYM_PYTHON_ENV_VAR} at an interpreter that already has nemo-gym."
-    )
 
 
 def _probe(python: Path) -> dict:
@@ -159,6 +137,8 @@ _SITE_PROBE = "import json, site; print(json.dumps(site.getsitepackages()))"
 @functools.cache
 def site_packages(runtime: GymRuntime) -> tuple[Path, ...]:
     """The runtime's site-packages directories: where nemo-gym and its dependencies are installed."""
+    if runtime.site_dirs is not None:
+        return runtime.site_dirs
     if Path(sys.prefix) == runtime.prefix:
         import site
 
@@ -174,8 +154,10 @@ def site_packages(runtime: GymRuntime) -> tuple[Path, ...]:
     return tuple(Path(d) for d in dirs if Path(d).is_dir())
 
 
-def _managed_runtime(build: bool) -> GymRuntime:
-    venv = cache_dir() / "gym-runtime" / "nemo-gym-0.4-py312"
+def _managed_runtime(build: bool, asked: str | None) -> GymRuntime:
+    """The managed runtime of the release ``choose`` picks (the newest this machine runs, or the one asked)."""
+    chosen, base, version = releases.choose(asked)
+    venv = cache_dir() / "gym-runtime" / chosen.folder(version)
     python = venv / "bin" / "python"
     marker = venv / ".verifiers-nemo-complete"
     if marker.exists():
@@ -186,23 +168,13 @@ def _managed_runtime(build: bool) -> GymRuntime:
     with open(venv.parent / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it right now
         if not marker.exists():
-            base = find_python312()
             uv = find_uv()
             env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
-            logger.info("Building the Gym runtime in %s (once; nemo-gym is large)", venv)
+            logger.info("Building the Gym runtime (%s on Python %s) in %s, once", chosen.requirement, base, venv)
             try:
                 subprocess.run([*uv, "venv", "-q", "--clear", "-p", str(base), str(venv)], env=env, check=True)
                 subprocess.run(
-                    [
-                        *uv,
-                        "pip",
-                        "install",
-                        "-q",
-                        "-p",
-                        str(python),
-                        "--compile-bytecode",
-                        NEMO_GYM_REQUIREMENT,
-                    ],
+                    [*uv, "pip", "install", "-q", "-p", str(python), "--compile-bytecode", chosen.requirement],
                     env=env,
                     check=True,
                 )
@@ -211,12 +183,12 @@ def _managed_runtime(build: bool) -> GymRuntime:
                     f"Building the Gym runtime in {venv} failed ({exc}); see the output above. "
                     f"You can instead install nemo-gym yourself and set {GYM_PYTHON_ENV_VAR}."
                 ) from exc
-            marker.write_text(NEMO_GYM_REQUIREMENT + "\n")
+            marker.write_text(chosen.requirement + "\n")
     return _runtime_from_probe(python, _probe(python))
 
 
 @functools.cache
-def _resolve(gym_python: str | None, build: bool) -> GymRuntime:
+def _resolve(gym_python: str | None, build: bool, asked: str | None) -> GymRuntime:
     explicit = gym_python or os.environ.get(GYM_PYTHON_ENV_VAR)
     if explicit:
         python = Path(explicit).expanduser()
@@ -230,14 +202,18 @@ def _resolve(gym_python: str | None, build: bool) -> GymRuntime:
     current = _current_runtime()
     if current is not None:
         return current
-    return _managed_runtime(build)
+    return _managed_runtime(build, asked)
 
 
-def find_gym_runtime(gym_python: str | os.PathLike[str] | None = None, *, build: bool = True) -> GymRuntime:
-    """The Gym runtime to launch servers with (see the module docstring for the order)."""
-    return _resolve(str(gym_python) if gym_python else None, build)
+def find_gym_runtime(
+    gym_python: str | os.PathLike[str] | None = None, *, build: bool = True, gym_version: str | None = None
+) -> GymRuntime:
+    """The Gym runtime to launch servers with (see the module docstring for the order). ``gym_version``
+    (else ``VERIFIERS_NEMO_GYM_VERSION``) picks the nemo-gym series of a managed runtime."""
+    asked = gym_version or os.environ.get(releases.GYM_VERSION_ENV_VAR) or None
+    return _resolve(str(gym_python) if gym_python else None, build, asked)
 
 
-def gym_root(gym_python: str | os.PathLike[str] | None = None) -> Path:
+def gym_root(gym_python: str | os.PathLike[str] | None = None, gym_version: str | None = None) -> Path:
     """The directory where the runtime's packaged environments live."""
-    return find_gym_runtime(gym_python).root
+    return find_gym_runtime(gym_python, gym_version=gym_version).root

@@ -11,6 +11,7 @@ from .chat import (
 from .codec import dumps, loads
 from .gym_schema import GymSchemaError, drop_uncarried_fields, validate_policy_reply
 from .responses import finish_response, incomplete_response, prepare_responses_reply
+from .usage import responses_usage, sum_usage
 
 __all__ = [
     "GymSchemaError",
@@ -24,6 +25,8 @@ __all__ = [
     "output_to_messages",
     "prepare_responses_reply",
     "responses_to_chat_request",
+    "responses_usage",
+    "sum_usage",
     "to_chat_messages",
     "to_chat_tools",
     "validate_policy_reply",

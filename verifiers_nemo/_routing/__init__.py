@@ -1,8 +1,11 @@
-"""The routing proxy Gym's ``policy_model`` points at: routes by key, configured by ``ProxyConfig``,
-each policy call recorded as a ``PolicyCall``."""
+"""The routing proxy Gym's ``policy_model`` points at: ``proxy`` (``RoutingProxy``, configured by ``config``'s
+``ProxyConfig``), ``route`` (one rollout's ``Route``), ``route_key`` (how a key rides in a Gym row and is
+taken out again), ``ports`` (routes with a port of their own: judges), ``trace`` (``PolicyCall``, contiguity)."""
 
 from .config import ProxyConfig
-from .proxy import ROUTE_METADATA_KEY, STATUS_UPSTREAM_FAILED, Route, RoutingProxy, get_proxy
+from .proxy import STATUS_UPSTREAM_FAILED, RoutingProxy, get_proxy
+from .route import Route
+from .route_key import ROUTE_METADATA_KEY, row_with_route, strip_route
 from .trace import ContiguityCheck, PolicyCall, check_contiguity
 
 __all__ = [
@@ -15,4 +18,6 @@ __all__ = [
     "RoutingProxy",
     "check_contiguity",
     "get_proxy",
+    "row_with_route",
+    "strip_route",
 ]

@@ -6,9 +6,6 @@ from dataclasses import dataclass
 
 from .._upstreams import RetryPolicy
 
-ROUTE_METADATA_KEY = "verifiers_nemo_route"
-"""The ``metadata`` field a Gym row carries its route key in (the proxy reads it; results drop it)."""
-
 
 @dataclass(frozen=True)
 class ProxyConfig:

@@ -38,9 +38,9 @@ class StackWorker:
         self.harness.add_secrets(*secrets)
         if replay_tasks is not None and self._replay is None:
             from .._judge import ANY_JUDGE
-            from .._upstreams import ReplayUpstream
+            from .._replay import ReplayServer
 
-            self._replay = ReplayUpstream.from_tasks(list(replay_tasks)).start()
+            self._replay = ReplayServer.from_tasks(list(replay_tasks)).start()
             if not self.harness.has_judge:
                 self.harness.set_judge({ANY_JUDGE: self._replay.judge_endpoint()})
         self.harness.check()

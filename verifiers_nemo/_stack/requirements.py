@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -76,16 +76,21 @@ def missing_requirements(wanted: Mapping[str, Iterable[str]], runtime: GymRuntim
 
 
 def check_requirements(
-    name: str, instances: list[ServerInstance], runtime: GymRuntime, *, isolated_venvs: bool = False
+    name: str,
+    instances: list[ServerInstance],
+    runtime: GymRuntime,
+    *,
+    isolated_venvs: bool = False,
+    uv: Callable[[str], list[str]] = find_uv,
 ) -> set[str]:
     """The servers among ``instances`` whose Python requirements ``runtime`` lacks: they run in an
     environment derived from the runtime (``server_venvs`` installs it), or with ``isolated_venvs`` in a
     venv nemo-gym builds. Installs nothing; raises MissingRequirementsError only when they could not be
-    installed at all (no uv)."""
+    installed at all (no ``uv``: how uv is found)."""
     missing = missing_requirements(server_requirements(instances, runtime), runtime)
     if missing and not isolated_venvs:
         try:
-            find_uv(f"Installing the requirements of {name}")
+            uv(f"Installing the requirements of {name}")
         except GymRuntimeError as exc:
             raise MissingRequirementsError(name, str(runtime.python), missing, reason=str(exc)) from None
     return set(missing)

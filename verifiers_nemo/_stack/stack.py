@@ -12,7 +12,6 @@ routing proxy's, so Gym agents send their policy calls straight to the proxy. Wh
 from __future__ import annotations
 
 import asyncio
-import atexit
 import hashlib
 import logging
 import os
@@ -30,6 +29,7 @@ import yaml
 from .._exceptions import ConfigurationError, StackStartError
 from .._gym import GymRuntime, ServerInstance, cache_dir, find_gym_runtime
 from .._gym.env_vars import config_variable_names
+from .._signals import at_exit
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
@@ -89,6 +89,16 @@ class Launch:
 
     def agent_url(self, agent: str | None, stack_name: str) -> str:
         """Base URL of a Gym agent (the only one when ``agent`` is None), from the launch's own port table."""
+        return f"http://{HOST}:{self.servers[self._agent_name(agent, stack_name)][1]}"
+
+    def run_url(self, agent: str | None, stack_name: str) -> str:
+        """Where a rollout of ``agent`` is posted, as Gym's own collector does: the ``/run`` of the environment
+        server that relays to it when the config declares one (nemo-gym >= 0.7), else the agent's own."""
+        name = self._agent_name(agent, stack_name)
+        relay = next((n for n, (i, _) in self.servers.items() if i.relays_run_of(name)), name)
+        return f"http://{HOST}:{self.servers[relay][1]}/run"
+
+    def _agent_name(self, agent: str | None, stack_name: str) -> str:
         names = self.agent_names
         if agent is None:
             if len(names) != 1:
@@ -96,7 +106,7 @@ class Launch:
             agent = names[0]
         if agent not in names:
             raise ConfigurationError(f"Gym stack {stack_name} has no agent {agent!r}; it has {list(names)}.")
-        return f"http://{HOST}:{self.servers[agent][1]}"
+        return agent
 
 
 class GymStack:
@@ -126,12 +136,11 @@ class GymStack:
                 return self.info()
             if self._launch is not None:
                 self._stop_locked()
-            self.runtime = find_gym_runtime(self.config.gym_python)
+            self.runtime = find_gym_runtime(self.config.gym_python, gym_version=self.config.gym_version)
             venvs = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
             self._generation += 1
             for attempt in range(1, _START_ATTEMPTS + 1):
-                self._launch = self._spawn(self.runtime, self._join_ray_head(self.runtime), venvs)
-                self._deaths.begin(self._generation)
+                self.begin_generation(self._spawn(self.runtime, self._join_ray_head(self.runtime), venvs))
                 try:
                     self._wait_ready(self._launch)
                     break
@@ -167,6 +176,14 @@ class GymStack:
         with self._lock:
             self._stop_locked()
             return self.start()
+
+    def begin_generation(self, launch: Launch) -> None:
+        """Make ``launch`` the current generation, not yet ready: what ``start()`` does after spawning the
+        processes and before waiting for them to answer (until ``launch.ready`` no rollout is sent to it
+        and no probe calls it dead)."""
+        with self._lock:
+            self._launch, self._generation = launch, launch.generation
+            self._deaths.begin(launch.generation)
 
     def ensure_running(self) -> StackInfo:
         """Start the stack if it is not running, or restart it after a death."""
@@ -241,6 +258,11 @@ class GymStack:
 
         Called once per rollout: it reads the launch's own port table and nothing else (no ``/proc``)."""
         return self._running_launch().agent_url(agent, self.config.name)
+
+    def run_url(self, agent: str | None = None) -> str:
+        """Where a rollout of ``agent`` is posted: its environment server's ``/run`` when one relays to it,
+        else the agent's (see ``Launch.run_url``)."""
+        return self._running_launch().run_url(agent, self.config.name)
 
     @property
     def log_path(self) -> Path | None:
@@ -444,7 +466,6 @@ class GymStack:
 _stacks: Registry[StackConfig, GymStack] = Registry()
 _running_lock = threading.Lock()
 _running: set[GymStack] = set()
-_atexit_registered = False
 
 
 def acquire_stack(config: StackConfig) -> GymStack:
@@ -473,12 +494,9 @@ def stop_all_stacks() -> None:
 
 
 def _track(stack: GymStack) -> None:
-    global _atexit_registered
     with _running_lock:
         _running.add(stack)
-        if not _atexit_registered:
-            _atexit_registered = True
-            atexit.register(stop_all_stacks)
+    at_exit(stop_all_stacks)
 
 
 def _untrack(stack: GymStack) -> None:

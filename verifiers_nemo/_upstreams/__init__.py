@@ -5,17 +5,14 @@ the schema nemo-gym 0.4.0 validates (``_protocol``) before it can reach the agen
 is bounded in time and retried with backoff on 408/429/5xx and connection errors (``http``).
 """
 
-from .base import RetryPolicy, Upstream, UpstreamReply
+from .base import ChatPassthrough, RetryPolicy, Upstream, UpstreamReply
 from .chat import ChatCompletionsUpstream, chat_to_responses_reply
 from .function import FunctionUpstream, ResponseHandler
-from .replay import KNOWN_UNREPRODUCIBLE, REPLAY_MODEL, ReplayUpstream, replay_tasks, unreproducible_reason
 from .responses import ResponsesUpstream
 
 __all__ = [
-    "KNOWN_UNREPRODUCIBLE",
-    "REPLAY_MODEL",
-    "ReplayUpstream",
     "ChatCompletionsUpstream",
+    "ChatPassthrough",
     "FunctionUpstream",
     "ResponseHandler",
     "ResponsesUpstream",
@@ -23,6 +20,4 @@ __all__ = [
     "Upstream",
     "UpstreamReply",
     "chat_to_responses_reply",
-    "replay_tasks",
-    "unreproducible_reason",
 ]

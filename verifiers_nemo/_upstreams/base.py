@@ -2,7 +2,8 @@
 
 An upstream is one small interface, in the spirit of an httpx transport: ``create_response(session,
 endpoint, body) -> UpstreamReply``. Implementations: ``ResponsesUpstream`` (passthrough),
-``ChatCompletionsUpstream`` (conversion), ``FunctionUpstream`` (a plain function: tests, replay).
+``ChatCompletionsUpstream`` (conversion), ``FunctionUpstream`` (a plain function: tests). A judge that
+asks in Chat Completions is passed through by the same objects' ``pass_chat`` (``ChatPassthrough``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ class Upstream(Protocol):
         ...
 
 
+class ChatPassthrough(Protocol):
+    """How a Chat Completions request (a judge that asks in chat) reaches an endpoint unchanged."""
+
+    async def pass_chat(
+        self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
+    ) -> UpstreamReply:
+        """Send ``body`` as it is; the reply (any status) in ``response_json``, parsed in ``response``
+        when it is a JSON object. Raise ``UpstreamError`` when no answer came."""
+        ...
+
+
 @dataclass(slots=True)
 class UpstreamReply:
     """A Responses-API object ready for the Gym agent, with what was sent and the call's token data.
@@ -47,6 +59,8 @@ class UpstreamReply:
     request_json: bytes | None = None
     """``request`` as sent, when already serialized (saves the proxy a second ``dumps``)."""
     finish_reason: str | None = None
+    response_json: bytes | None = None
+    """The reply as received, when it is handed on unchanged (a passed-through chat answer)."""
 
     @classmethod
     def with_tokens(

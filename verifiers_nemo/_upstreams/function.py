@@ -10,33 +10,50 @@ import aiohttp
 
 from .._endpoint import Endpoint
 from .._exceptions import UpstreamError
+from .._protocol import dumps
 from .._protocol.responses import read_responses_reply
 from .._protocol.token_data import pop_return_tokens
 from .base import UpstreamReply
 
 ResponseHandler = Callable[[Endpoint, dict[str, Any]], "dict[str, Any] | Awaitable[dict[str, Any]]"]
+"""``handler(endpoint, body)`` → a reply dict (Responses for ``create_response``, Chat for ``pass_chat``)."""
 
 
 class FunctionUpstream:
     """Answers with ``handler(endpoint, body)`` returning a Responses dict (sync or async).
 
-    The seam for replay and for tests that need no server: the reply is read, completed and
-    validated exactly like a real upstream's.
+    The seam for tests that need no server: the reply is read, completed and validated exactly like a
+    real upstream's. ``chat`` answers the Chat Completions calls of a judge that asks in chat (its
+    Chat Completions dict is handed on as it is).
     """
 
-    def __init__(self, handler: ResponseHandler) -> None:
+    def __init__(self, handler: ResponseHandler, *, chat: ResponseHandler | None = None) -> None:
         self.handler = handler
+        self.chat = chat
 
     async def create_response(
         self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
     ) -> UpstreamReply:
         pop_return_tokens(body)
-        result = self.handler(endpoint, body)
-        if inspect.isawaitable(result):
-            result = await result
+        result = await _call(self.handler, endpoint, body)
         try:
             response, tokens = read_responses_reply(result, body)
         except UpstreamError as exc:
             exc.request = body
             raise
         return UpstreamReply.with_tokens(response, body, tokens)
+
+    async def pass_chat(
+        self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
+    ) -> UpstreamReply:
+        if self.chat is None:
+            raise UpstreamError("this FunctionUpstream answers no Chat Completions calls: pass chat=handler")
+        result = await _call(self.chat, endpoint, body)
+        return UpstreamReply(result, body, response_json=dumps(result))
+
+
+async def _call(handler: ResponseHandler, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+    result = handler(endpoint, body)
+    if inspect.isawaitable(result):
+        result = await result
+    return result

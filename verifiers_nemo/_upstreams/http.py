@@ -128,17 +128,6 @@ async def post_json(
         await asyncio.sleep(delay)
 
 
-async def post_chat(
-    session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any], retry: RetryPolicy
-) -> tuple[int, bytes, int]:
-    """POST a Chat Completions body as it is to ``endpoint`` (bounded retries): ``(status, body, attempts)``."""
-    url = f"{endpoint.base_url}/chat/completions"
-    result = await post_json(
-        session, url, dumps(body), _headers(endpoint), retry, secret=endpoint.api_key, request=body
-    )
-    return result.status, result.body, result.attempts
-
-
 def _is_context_overflow(result: _HttpResult) -> bool:
     if result.status != 400:
         return False
@@ -202,4 +191,26 @@ class HttpUpstream:
             raise
         return UpstreamReply.with_tokens(
             response, sent, tokens, status=result.status, attempts=result.attempts, request_json=payload
+        )
+
+    async def pass_chat(
+        self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
+    ) -> UpstreamReply:
+        """POST a Chat Completions body as it is to ``endpoint`` (bounded retries); any status is handed on."""
+        url = f"{endpoint.base_url}/chat/completions"
+        payload = dumps(body)
+        result = await post_json(
+            session, url, payload, _headers(endpoint), self.retry, secret=endpoint.api_key, request=body
+        )
+        try:
+            data = loads(result.body)
+        except ValueError:
+            data = None
+        return UpstreamReply(
+            data if isinstance(data, dict) else {},
+            body,
+            result.status,
+            result.attempts,
+            request_json=payload,
+            response_json=result.body,
         )

@@ -8,31 +8,33 @@ interception forwards (it forwards ``X-`` headers), so rows whose inputs repeat 
 
 from __future__ import annotations
 
-import signal
 import threading
 from pathlib import Path
 
+from .._signals import capture_signals
 from .._tasks import NeMoGymTaskset
-from .replay import REPLAY_MODEL, ReplayUpstream, replay_tasks
+from .recordings import REPLAY_MODEL, replay_tasks
+from .server import ReplayServer
 
 
-def replay_upstream(nemo_env: str | None, *, jsonl_path: str | Path | None = None, gym_python: str | None = None):
+def replay_server(
+    nemo_env: str | None, *, jsonl_path: str | Path | None = None, gym_python: str | None = None
+) -> ReplayServer:
     """A (not yet started) replay server for the recorded rollouts of ``nemo_env`` (or a file)."""
     from .._gym import gym_root
 
     root = gym_root(gym_python) if nemo_env else None
     taskset = NeMoGymTaskset(nemo_env, jsonl_path=jsonl_path, recorded=True, root=root)
-    return ReplayUpstream.from_tasks(replay_tasks(taskset))
+    return ReplayServer.from_tasks(replay_tasks(taskset))
 
 
-def serve_forever(upstream: ReplayUpstream, *, nemo_env: str | None = None, port_file: str | None = None) -> int:
+def serve_forever(server: ReplayServer, *, nemo_env: str | None = None, port_file: str | None = None) -> int:
     """Serve until SIGINT/SIGTERM; print the base URL (and write it to ``port_file``)."""
     stopped = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        upstream.start()
-        base_url = f"{upstream.url}/v1"
-        print(f"Replaying {len(upstream.recordings)} recorded rollouts at {base_url} (model {REPLAY_MODEL!r})")
+    with capture_signals(lambda sig, count: stopped.set(), reraise=False):
+        server.start()
+        base_url = f"{server.url}/v1"
+        print(f"Replaying {len(server.recordings)} recorded rollouts at {base_url} (model {REPLAY_MODEL!r})")
         print(
             f"  vf-eval nemo-gym-env -m {REPLAY_MODEL} --client.base-url {base_url} --env.taskset.recorded true "
             f"--env.taskset.nemo-env {nemo_env or 'ENV --env.taskset.jsonl-path FILE'}",
@@ -40,9 +42,8 @@ def serve_forever(upstream: ReplayUpstream, *, nemo_env: str | None = None, port
         )
         if port_file:
             Path(port_file).write_text(base_url)
-        stopped.wait()
-    finally:
-        upstream.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            stopped.wait()
+        finally:
+            server.stop()
     return 0

@@ -33,9 +33,10 @@ from pydantic import Field, TypeAdapter, ValidationError, model_validator
 from ._endpoint import Endpoint
 from ._exceptions import ConfigurationError
 from ._harness import DEFAULT_MAX_STEPS, NeMoGymHarness
+from ._judge import judge_endpoint
+from ._replay import ROW_HEADER, replay_tasks
 from ._result import RolloutResult
 from ._tasks import NeMoGymTaskset, Task
-from ._upstreams.replay import ROW_HEADER, replay_tasks
 
 # Only the ``verifiers.v1`` logger tree reaches vf-eval's log.
 logger = logging.getLogger("verifiers.v1.nemo_gym_env")
@@ -215,15 +216,17 @@ class GymHarnessConfig(vf.HarnessConfig):
 
     def judge_endpoint(self) -> Endpoint | None:
         """The judge as an ``Endpoint`` (its key read now), or None when none is configured."""
-        import os
-
         if not self.judge_base_url and not self.judge_model:
             return None
         if not (self.judge_base_url and self.judge_model):
             raise ConfigurationError("judge-base-url and judge-model go together (the judge's URL and model).")
-        key = os.environ.get(self.judge_api_key_var or "OPENAI_API_KEY") or "EMPTY"
-        url = self.judge_base_url.rstrip("/")
-        return Endpoint(base_url=url, model=self.judge_model, api_key=key, api=self.judge_api)
+        return judge_endpoint(
+            self.judge_base_url,
+            self.judge_model,
+            api_key_var=self.judge_api_key_var,
+            api=self.judge_api,
+            key_option="--env.agent.harness.judge-api-key-var",
+        )
 
 
 class GymHarness(vf.Harness[GymHarnessConfig]):
@@ -251,7 +254,11 @@ class GymHarness(vf.Harness[GymHarnessConfig]):
             data = GymTaskData.model_validate(data.model_dump())
         harness = await _shared_harness(data.nemo_env, self.config, gym_python=None)
         result = await harness.rollout(_gym_task(data), self._endpoint(ctx, endpoint, secret, data))
-        trace.info[INFO_KEY] = _outcome(result)
+        trace.info[INFO_KEY] = {**_outcome(result), "nemo_gym_version": getattr(harness, "gym_version", None)}
+        if result.masked and trace.agent is not None:
+            # Gym says this reward is no valid measurement (mask_sample): verifiers' own flag for a trace whose
+            # tokens must not train the policy (its dashboard also leaves untrainable traces out of its means).
+            trace.agent.trainable = False
         if result.error is not None:
             return vf.ProgramResult(exit_code=1, stdout="", stderr=f"{result.error.type}: {result.error.message}")
         return vf.ProgramResult(exit_code=0, stdout="", stderr="")
@@ -296,6 +303,9 @@ def _outcome(result: RolloutResult) -> dict[str, Any]:
         "reward": result.reward,
         "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, int | float) and math.isfinite(v)},
         "error": result.error.to_dict() if result.error is not None else None,
+        "masked": result.masked,
+        "failure_kind": result.failure_kind,
+        "failure_reason": result.failure_reason,
         "env": result.env,
         "agent": result.agent,
         "policy_calls": len(result.trace),
@@ -336,7 +346,7 @@ class GymEnv(vf.Env[GymEnvConfig]):
                 taskset.config.nemo_env or None, config, gym_python=taskset.config.gym_python, start=True
             )
         except ConfigurationError as exc:
-            if "judge" not in str(exc):
+            if "judge" not in str(exc) or _JUDGE_FLAGS in str(exc):
                 raise
             raise ConfigurationError(f"{exc} With verifiers: {_JUDGE_FLAGS}.") from None
 
@@ -356,16 +366,16 @@ _JUDGE_FLAGS = (
 def _refuse_policy_judge_without_judge(nemo_env: str, gym_python: str | None, config: GymHarnessConfig) -> None:
     """An env whose judge is the policy needs a judge of its own here: its calls would otherwise go through
     verifiers' interception and be recorded as turns of the rollout (the same server may serve both)."""
-    from ._gym import POLICY_MODEL, get_environment, gym_root
+    from ._gym import get_environment, gym_root
+    from ._judge.router import JudgeRouter
 
-    if not nemo_env or config.judge_base_url:
+    if not nemo_env:
         return
-    if POLICY_MODEL in get_environment(nemo_env, gym_root(gym_python)).judge_models:
-        raise ConfigurationError(
-            f"NeMo Gym environment {nemo_env!r} is judged by the policy model; under verifiers its judge "
-            "calls would be recorded as turns of the rollout. Name the judge (it may be the policy's own "
-            f"server): {_JUDGE_FLAGS}."
-        )
+    root = gym_root(gym_python)
+    env = get_environment(nemo_env, root)
+    if env.default_config is not None:
+        router = JudgeRouter(nemo_env, config.judge_endpoint())
+        router.check((env.default_config.path,), root, policy_may_judge=False, hint=f"{_JUDGE_FLAGS}.")
 
 
 class _ToVerifiersLog(logging.Handler):

@@ -25,7 +25,15 @@ from typing import Any
 
 import yaml
 
-from .config import POLICY_MODEL, RESOURCES_SERVERS, RESPONSES_API_MODELS, load_yaml, merged_configs, server_entries
+from .._gym.config import (
+    POLICY_MODEL,
+    RESOURCES_SERVERS,
+    RESPONSES_API_MODELS,
+    interpolations,
+    load_yaml,
+    merged_configs,
+    server_entries,
+)
 
 PLACEHOLDER_PREFIX = "vnr_judge_"
 _JUDGE_SWITCHES = ("should_use_judge", "use_judge", "enable_llm_judge")
@@ -85,6 +93,24 @@ class JudgePlan:
     def placeholders(self) -> dict[str, str]:
         """Judge name → placeholder instance name."""
         return {target: placeholder_name(target) for target in self.targets}
+
+
+def judge_names(doc: Mapping[str, Any]) -> list[str]:
+    """The judges a config's resources servers call while scoring, in order, repeats included: the model
+    servers their ``*_model_server`` references name (``policy_model`` included), and ``${VAR}`` for a
+    ``judge_*`` key that interpolates a ``*_base_url`` (that server calls the URL itself: no seam).
+
+    This is the one place the judge rule lives (``classify_config`` and the router read it here)."""
+    names = [ref.target for ref in judge_refs(doc)]
+    for _entry, kind, _implementation, definition in server_entries(doc):
+        if kind != RESOURCES_SERVERS:
+            continue
+        for key, value in definition.items():
+            if str(key).startswith("judge_") and isinstance(value, str):
+                for resolver, var, _default in interpolations(value):
+                    if resolver in ("", "oc.env", "oc.select") and var.endswith("_base_url"):
+                        names.append("${" + var + "}")
+    return names
 
 
 def plan_judges(config_paths: Sequence[Path], cache: Path) -> JudgePlan:

@@ -1,4 +1,5 @@
-"""Which endpoint answers each judge of an environment: ``judge=`` of the harness, normalised."""
+"""Which endpoint answers each judge of an environment: ``judge=`` of the harness, normalised, and the
+one builder of a judge ``Endpoint`` from flags (the CLI's ``--judge-*`` and the verifiers harness's)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._endpoint import Endpoint
-from ._exceptions import ConfigurationError, UpstreamError
-from ._upstreams import FunctionUpstream
+from .._endpoint import ApiKind, Endpoint, read_api_key
+from .._exceptions import ConfigurationError, UpstreamError
+from .._upstreams import FunctionUpstream
 
 ANY_JUDGE = "*"
 """The key of a judge mapping that serves every judge name the mapping does not list."""
@@ -48,6 +49,22 @@ class JudgeEndpoints:
         """The judges' API keys (kept out of Gym processes like the policy's)."""
         endpoints = [self.default, *self.by_name.values()]
         return {e.secret_key for e in endpoints if e is not None and e.secret_key is not None}
+
+
+def judge_endpoint(
+    base_url: str,
+    model: str,
+    *,
+    api_key_var: str | None = None,
+    api: ApiKind = "responses",
+    key_option: str = "--judge-api-key-var",
+    environ: Mapping[str, str] | None = None,
+) -> Endpoint:
+    """A judge as an ``Endpoint``, its key read now from ``api_key_var`` (default ``OPENAI_API_KEY``, which
+    may be unset for a keyless server; a variable named with ``key_option`` must be set)."""
+    key = read_api_key(api_key_var, environ, option=key_option)
+    url = base_url.rstrip("/")
+    return Endpoint(base_url=url, model=model, api_key=key.value or "EMPTY", api=api, name=f"{model} @ {url}")
 
 
 def _no_policy_yet(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:

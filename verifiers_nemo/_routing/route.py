@@ -1,0 +1,215 @@
+"""``Route``: one rollout's way to its endpoint through the routing proxy, and the calls it recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._endpoint import Endpoint
+from .._exceptions import UpstreamError
+from .._protocol import dumps, sum_usage
+from .._upstreams import Upstream
+from .route_key import drop_route_metadata
+from .trace import PolicyCall
+
+if TYPE_CHECKING:
+    from .proxy import RoutingProxy
+
+logger = logging.getLogger(__name__)
+
+_CONVERSATION_FIELDS = frozenset({"input", "messages"})
+
+
+def _flatten_sampling_args(args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Sampling args as body fields; an OpenAI-SDK-style nested ``extra_body`` is spread in."""
+    flat = dict(args or {})
+    extra = flat.pop("extra_body", None)
+    if isinstance(extra, Mapping):
+        flat.update(extra)
+    return flat
+
+
+class Route:
+    """One rollout's way to its endpoint through the proxy; records every policy call in order.
+
+    Close it when the rollout ends (also on timeout): later calls with its key get HTTP 410 and
+    calls in flight are cancelled. Safe to use from any thread or event loop.
+    """
+
+    def __init__(
+        self,
+        proxy: RoutingProxy,
+        key: str,
+        endpoint: Endpoint,
+        upstream: Upstream,
+        sampling_args: Mapping[str, Any] | None,
+        on_call: Callable[[PolicyCall], None] | None,
+        record_requests: bool,
+    ) -> None:
+        self._proxy = proxy
+        self.record_requests = record_requests
+        self.key = key
+        self.endpoint = endpoint
+        self.upstream = upstream
+        self.on_call = on_call
+        self.port: int | None = None
+        """A judge route's own port on the proxy (see ``RoutingProxy.open_judge_route``), else None."""
+        self._sampling_args = sampling_args
+        self._defaults = {
+            **_flatten_sampling_args(endpoint.sampling_args),
+            **_flatten_sampling_args(sampling_args),
+        }
+        self._lock = threading.Lock()
+        self._calls: list[PolicyCall] = []
+        self._error: UpstreamError | None = None
+        self._closed = False
+        self._started = 0
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"Route({self.key[:10]}…, {self.endpoint.label}, {len(self._calls)} calls, {state})"
+
+    def __enter__(self) -> Route:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def calls(self) -> list[PolicyCall]:
+        """The calls recorded so far, in the order they finished (a copy); ``index`` is the order
+        they arrived, the same for a Gym agent, which calls its policy one call at a time."""
+        with self._lock:
+            return list(self._calls)
+
+    @property
+    def error(self) -> UpstreamError | None:
+        """The first upstream failure of this route (after retries), if any."""
+        return self._error
+
+    @property
+    def url(self) -> str:
+        """A judge route's address, ``http://127.0.0.1:<port>`` (what its Gym placeholder names)."""
+        if self.port is None:
+            raise RuntimeError("only a judge route has an address of its own")
+        return f"http://{self._proxy.host}:{self.port}"
+
+    def retarget(self, endpoint: Endpoint, upstream: Upstream | None = None) -> None:
+        """Send later calls to ``endpoint`` (through ``upstream``, else the proxy's for its api); for a
+        judge route that follows the policy's endpoint."""
+        chosen = upstream if upstream is not None else self._proxy.upstream_for(endpoint)
+        defaults = {**_flatten_sampling_args(endpoint.sampling_args), **_flatten_sampling_args(self._sampling_args)}
+        with self._lock:
+            self.endpoint, self.upstream, self._defaults = endpoint, chosen, defaults
+
+    def take_calls(self) -> list[PolicyCall]:
+        """The calls recorded so far, removed from the route (a long-lived judge route's are taken per run)."""
+        with self._lock:
+            calls, self._calls = self._calls, []
+            return calls
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        """Policy calls currently being answered."""
+        return len(self._inflight)
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """Token usage summed over the recorded calls."""
+        return sum_usage(call.usage for call in self.calls)
+
+    def close(self) -> None:
+        """Revoke the key (idempotent); calls in flight are cancelled and answered 410."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            tasks = list(self._inflight)
+            waiters, self._waiters = self._waiters, []
+        self._proxy.forget(self)
+        loop = self._proxy.loop
+        if tasks and loop is not None and not loop.is_closed():
+            for task in tasks:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(task.cancel)
+        for _, waiter_loop, future in waiters:
+            _wake(waiter_loop, future)
+
+    async def wait_for_calls(self, n: int = 1, timeout: float | None = None) -> list[PolicyCall]:
+        """Wait (on any event loop) until ``n`` calls are recorded or the route closes."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        entry = (n, loop, future)
+        with self._lock:
+            if len(self._calls) >= n or self._closed:
+                return list(self._calls)
+            self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(future, timeout)
+        finally:
+            with self._lock, contextlib.suppress(ValueError):
+                self._waiters.remove(entry)
+        return self.calls
+
+    # -- used by the proxy, on its loop ------------------------------------------------------
+
+    def body_for_upstream(self, body: dict[str, Any]) -> dict[str, Any]:
+        drop_route_metadata(body)
+        body.pop("stream", None)
+        forwarded = {**self._defaults, **body, **self.endpoint.extra_body}
+        forwarded["model"] = self.endpoint.model
+        return forwarded
+
+    def begin(self, task: asyncio.Task[Any]) -> int | None:
+        with self._lock:
+            if self._closed:
+                return None
+            self._inflight.add(task)
+            index = self._started
+            self._started += 1
+            return index
+
+    def end(self, task: asyncio.Task[Any]) -> None:
+        with self._lock:
+            self._inflight.discard(task)
+
+    def request_json(self, request: dict[str, Any], encoded: bytes | None) -> bytes:
+        if not self.record_requests:
+            return dumps({k: v for k, v in request.items() if k not in _CONVERSATION_FIELDS})
+        return encoded if encoded is not None else dumps(request)
+
+    def record(self, call: PolicyCall) -> None:
+        with self._lock:
+            self._calls.append(call)
+            if call.error is not None and self._error is None:
+                self._error = call.error
+            count = len(self._calls)
+            ready = [w for w in self._waiters if w[0] <= count]
+            if ready:
+                self._waiters = [w for w in self._waiters if w[0] > count]
+        for _, waiter_loop, future in ready:
+            _wake(waiter_loop, future)
+        if self.on_call is not None:
+            try:
+                self.on_call(call)
+            except Exception:
+                logger.exception("on_call callback of route %s failed", self.endpoint.label)
+
+
+def _wake(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    def resolve() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    with contextlib.suppress(RuntimeError):  # that loop is closed: nobody is waiting any more
+        loop.call_soon_threadsafe(resolve)
