@@ -95,7 +95,7 @@ def test_summary_averages_pass_at_k_over_examples() -> None:
     assert summary["pass_power_k"] == pytest.approx({"1": 0.5, "2": (1 + 0.5 + 1 / 6) / 5, "4": 0.2})
     assert summary["reward"]["avg"] == pytest.approx(0.5)
     assert summary["reward_by_rollout_index"] == pytest.approx([0.8, 0.6, 0.4, 0.2])
-    assert summary["rollouts"] == {"total": 20, "scored": 20, "errored": 0, "examples": 5}
+    assert summary["rollouts"] == {"total": 20, "scored": 20, "errored": 0, "masked": 0, "examples": 5}
 
 
 def test_errored_rollouts_are_counted_and_left_out_of_reward_and_pass_at_k() -> None:
@@ -110,7 +110,7 @@ def test_errored_rollouts_are_counted_and_left_out_of_reward_and_pass_at_k() -> 
 
     summary = summarize(records, rollouts_per_example=2)
 
-    assert summary["rollouts"] == {"total": 6, "scored": 3, "errored": 3, "examples": 3}
+    assert summary["rollouts"] == {"total": 6, "scored": 3, "errored": 3, "masked": 0, "examples": 3}
     assert summary["reward"]["avg"] == pytest.approx(1 / 3)
     assert summary["reward"]["std"] == pytest.approx((2 / 9) ** 0.5)  # population std of [1, 0, 0]
     assert summary["errors_by_type"] == {"timeout": 2, "upstream": 1}
@@ -122,6 +122,26 @@ def test_errored_rollouts_are_counted_and_left_out_of_reward_and_pass_at_k() -> 
     assert summary["usage"] == {"total_tokens": 14}
     assert summary["latency"] == pytest.approx({"mean_rollout_s": 2.0, "max_rollout_s": 3.0})
     assert summary["reward_by_rollout_index"] == pytest.approx([0.5, 0.0])
+
+
+def test_masked_rollouts_keep_their_reward_but_are_counted_apart_from_every_statistic() -> None:
+    masked = {"masked": True, "failure_kind": "judge_failed", "failure_reason": "judge unreachable"}
+    records = [
+        record(0, 0, 1.0, metrics={"acc": 1.0}),
+        {**record(0, 1, 0.0, metrics={"acc": 0.0}), **masked},
+        {**record(1, 0, 0.0, metrics={"acc": 0.0}), **masked},
+        {**record(1, 1, 0.0), "masked": True, "failure_kind": None},
+        record(2, 0, None, error_type="upstream"),
+    ]
+
+    summary = summarize(records, rollouts_per_example=2)
+
+    assert summary["rollouts"] == {"total": 5, "scored": 1, "errored": 1, "masked": 3, "examples": 3}
+    assert summary["reward"]["avg"] == 1.0 and summary["metrics"] == {"acc": 1.0}  # the masked 0s are not in
+    assert summary["pass_at_k"] == {"1": 1.0} and summary["pass_k_examples"] == {"1": 1}
+    assert summary["masked_by_kind"] == {"judge_failed": 2, "unspecified": 1}
+    assert summary["masked_examples"] == {"judge_failed": "judge unreachable"}
+    assert summary["errors_by_type"] == {"upstream": 1}
 
 
 def test_pass_threshold_decides_what_is_correct() -> None:

@@ -15,7 +15,20 @@ if TYPE_CHECKING:
 
 def slim_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """What the summary needs of a result record (a trace can be large)."""
-    keep = ("task_index", "rollout_index", "env", "reward", "metrics", "usage", "timing", "error", "recorded_reward")
+    keep = (
+        "task_index",
+        "rollout_index",
+        "env",
+        "reward",
+        "metrics",
+        "usage",
+        "timing",
+        "error",
+        "recorded_reward",
+        "masked",
+        "failure_kind",
+        "failure_reason",
+    )
     return {k: record[k] for k in keep if k in record}
 
 
@@ -28,7 +41,7 @@ def run_metadata(
     sessions: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The ``metadata.json`` of a run: ``base`` (what was saved) updated with these records and sessions."""
-    from .._upstreams import unreproducible_reason
+    from .._replay import unreproducible_reason
 
     now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     summary = summarize(
@@ -59,7 +72,7 @@ def run_metadata(
         "status": base.get("status"),
         "created_at": base.get("created_at") or now,
         "updated_at": now,
-        "versions": base.get("versions") or versions(),
+        "versions": base.get("versions") or versions((settings.env_args or {}).get("gym_python")),
         "settings": settings.to_dict(),
         "counts": {"expected": expected, "done": len(records), "missing": max(0, expected - len(records))},
         "sessions": sessions,
@@ -79,13 +92,19 @@ def _judges_over(sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return total
 
 
-def versions() -> dict[str, str | None]:
+def versions(gym_python: str | None = None) -> dict[str, str | None]:
+    """This package's version and the Gym runtime's nemo-gym (wherever that runtime lives)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    out: dict[str, str | None] = {}
-    for name in ("verifiers-nemo", "nemo-gym"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
+    from .._exceptions import GymRuntimeError
+    from .._gym import find_gym_runtime
+
+    try:
+        ours: str | None = version("verifiers-nemo")
+    except PackageNotFoundError:
+        ours = None
+    try:
+        gym: str | None = find_gym_runtime(gym_python, build=False).nemo_gym_version
+    except GymRuntimeError:
+        gym = None
+    return {"verifiers-nemo": ours, "nemo-gym": gym}

@@ -38,7 +38,11 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         f"({plural(rollouts['examples'], 'example')} x {settings['rollouts_per_example']})",
         f"{rollouts['scored']} scored",
         f"{rollouts['errored']} errored",
+        *([f"{rollouts['masked']} masked"] if rollouts.get("masked") else []),
     )
+    gym_version = (metadata.get("versions") or {}).get("nemo-gym")
+    if gym_version:
+        row("nemo-gym", str(gym_version))
     row("Reward", *(f"{name} {fmt(reward[name])}" for name in ("avg", "std", "min", "max")))
     for position, (name, own) in enumerate((s.get("by_env") or {}).items()):
         own_errors = sum(own["errors_by_type"].values())
@@ -49,6 +53,7 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
             f"reward avg {fmt(own['reward']['avg'])}",
             *([f"pass@{first_pass[0]} {fmt(first_pass[1])}"] if first_pass else []),
             f"{own_errors} errored",
+            *([f"{own['rollouts']['masked']} masked"] if own["rollouts"].get("masked") else []),
         )
     if len(s["reward_by_rollout_index"]) > 1:
         row("  by repeat", "[" + ", ".join(fmt(v) for v in s["reward_by_rollout_index"]) + "]")
@@ -64,6 +69,12 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
     row("Errors", ", ".join(f"{k}: {v}" for k, v in errors.items()) if errors else "none")
     for kind, message in s.get("error_examples", {}).items():
         row("", f"{kind}, e.g.: {message}")
+    masked = s.get("masked_by_kind") or {}
+    if masked:
+        row("Masked", f"{sum(masked.values())}: " + ", ".join(f"{k} {v}" for k, v in masked.items()))
+        row("", "Gym marked them as no valid measurement (mask_sample): left out of reward, pass@k and metrics")
+        for kind, message in (s.get("masked_examples") or {}).items():
+            row("", f"{kind}, e.g.: {message}")
     for name, judge in (s.get("judges") or {}).items():
         row(
             "Judge",
@@ -114,7 +125,7 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
 def _status_line(metadata: Mapping[str, Any]) -> str:
     rollouts, counts = metadata["summary"]["rollouts"], metadata["counts"]
     status = metadata.get("status") or "finished"
-    if rollouts["total"] and not rollouts["scored"]:
+    if rollouts["total"] and not rollouts["scored"] and not rollouts.get("masked"):
         return f"FAILED: all {rollouts['total']} rollouts failed"
     text = {"interrupted": "INTERRUPTED", "failed": "FAILED", "incomplete": "INCOMPLETE"}.get(status, "finished")
     if counts["missing"]:

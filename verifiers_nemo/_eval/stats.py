@@ -54,7 +54,8 @@ def summarize(
     """Summary statistics of result records (``results.jsonl`` lines).
 
     Errored rollouts (``error`` set, ``reward`` None) are left out of every reward statistic and
-    counted by type. pass@k / pass^k (k = powers of two up to ``rollouts_per_example``) use the
+    counted by type; so are masked ones (Gym's ``mask_sample``: no valid measurement), counted by
+    ``failure_kind``. pass@k / pass^k (k = powers of two up to ``rollouts_per_example``) use the
     unbiased estimators per example over its scored rollouts, correct meaning reward >= threshold,
     averaged over the examples that have at least k scored rollouts.
     """
@@ -65,6 +66,8 @@ def summarize(
     metric_values: dict[str, list[float]] = defaultdict(list)
     errors: Counter[str] = Counter()
     error_examples: dict[str, str] = {}
+    masked: Counter[str] = Counter()
+    masked_examples: dict[str, str] = {}
     usage: Counter[str] = Counter()
     latencies: list[float] = []
     tasks: set[int] = set()
@@ -85,6 +88,12 @@ def summarize(
             if kind not in error_examples:
                 message = error.get("message") if isinstance(error, dict) else error
                 error_examples[kind] = _clip(str(message or "the rollout has no reward"), 200)
+            continue
+        if record.get("masked"):
+            kind = str(record.get("failure_kind") or "unspecified")
+            masked[kind] += 1
+            if kind not in masked_examples and record.get("failure_reason"):
+                masked_examples[kind] = _clip(str(record["failure_reason"]), 200)
             continue
         reward = float(reward)
         rewards.append(reward)
@@ -110,6 +119,7 @@ def summarize(
             "total": len(records),
             "scored": len(rewards),
             "errored": sum(errors.values()),
+            "masked": sum(masked.values()),
             "examples": len(tasks),
         },
         "reward": {
@@ -128,6 +138,8 @@ def summarize(
         "metrics": {name: _mean(values) for name, values in sorted(metric_values.items())},
         "errors_by_type": dict(errors.most_common()),
         "error_examples": {kind: error_examples[kind] for kind in errors},
+        "masked_by_kind": dict(masked.most_common()),
+        "masked_examples": masked_examples,
         "usage": dict(sorted(usage.items())),
         "latency": {
             "mean_rollout_s": _mean(latencies),
