@@ -73,6 +73,23 @@ def test_agent_url_comes_from_the_launch_table(tmp_path: Path) -> None:
     assert launch.agent_url("tiny_agent", "tiny") == "http://127.0.0.1:23456"
 
 
+def test_a_rollout_goes_through_the_environment_server_that_relays_to_its_agent(tmp_path: Path) -> None:
+    launch = _launch(tmp_path, {"tiny_agent": 23456})
+    assert launch.run_url(None, "tiny") == "http://127.0.0.1:23456/run"  # nemo-gym 0.4: no environment server
+
+    relay = ServerInstance(
+        "tiny_environment_server",
+        "environment_servers",
+        "legacy_agent",
+        {"agent_server": {"type": "responses_api_agents", "name": "tiny_agent"}},
+    )
+    other = ServerInstance("user_sim", "environment_servers", "nemo_user_sim", {"agent_server": {"name": "tiny_agent"}})
+    launch.servers["user_sim"] = (other, 34567)  # another protocol: not a relay of /run
+    launch.servers["tiny_environment_server"] = (relay, 45678)
+    assert launch.run_url(None, "tiny") == "http://127.0.0.1:45678/run"
+    assert launch.agent_url(None, "tiny") == "http://127.0.0.1:23456"
+
+
 async def test_death_future_is_shared_and_resolved_from_another_thread() -> None:
     deaths = Deaths()
     deaths.begin(1)

@@ -26,6 +26,8 @@ class StackConfig:
     """``(instance name, URL)`` of model servers the configs refer to that are addresses of ours (the
     routing proxy's judge ports): each gets a placeholder entry there, like ``policy_model``."""
     gym_python: str | None = None
+    gym_version: str | None = None
+    """The nemo-gym series of a managed runtime (``0.7``, ``0.4``; None: the newest this machine runs)."""
     isolated_venvs: bool = False
     """Let nemo-gym build its own venv (from PyPI) for servers whose requirements the runtime lacks."""
     pass_env: tuple[str, ...] = ()

@@ -1,0 +1,63 @@
+"""Which nemo-gym release a managed Gym runtime is built with, and on which interpreter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from verifiers_nemo import ConfigurationError, GymRuntimeError
+from verifiers_nemo._gym import releases
+
+
+def fake_pythons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *versions: str) -> dict[str, Path]:
+    """pyenv-style interpreters that only answer ``--version`` (nothing else on PATH)."""
+    made = {}
+    for version in versions:
+        python = tmp_path / "pyenv" / "versions" / version / "bin" / "python3"
+        python.parent.mkdir(parents=True)
+        python.write_text(f'#!/bin/sh\necho "Python {version}"\n')
+        python.chmod(0o755)
+        made[version] = python
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv(releases.GYM_VERSION_ENV_VAR, raising=False)
+    return made
+
+
+def test_the_newest_release_an_interpreter_here_can_run_is_chosen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pythons = fake_pythons(tmp_path, monkeypatch, "3.13.20", "3.12.5")
+    chosen, python, version = releases.choose()
+    assert (chosen.series, python, version) == ("0.7", pythons["3.13.20"], (3, 13, 20))
+    assert chosen.folder(version) == "nemo-gym-0.7-py313"
+
+
+def test_without_python_3_13_14_the_runtime_is_nemo_gym_0_4_on_3_12(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pythons = fake_pythons(tmp_path, monkeypatch, "3.13.0", "3.12.5")
+    chosen, python, _ = releases.choose()
+    assert chosen.series == "0.4" and python in (pythons["3.12.5"], *_this_if_312())
+    with pytest.raises(GymRuntimeError, match=r"nemo-gym 0\.7 needs Python 3\.13\.14 or newer"):
+        releases.choose("0.7")
+
+
+def test_the_series_asked_for_wins_over_the_newest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_pythons(tmp_path, monkeypatch, "3.13.20", "3.12.5")
+    monkeypatch.setenv(releases.GYM_VERSION_ENV_VAR, "0.4.0")
+    assert releases.choose()[0].series == "0.4"
+    assert releases.choose("0.7")[0].series == "0.7"  # an explicit argument beats the variable
+
+
+def test_an_unknown_series_names_the_ones_there_are() -> None:
+    with pytest.raises(ConfigurationError, match=r"pick one of 0\.7, 0\.4"):
+        releases.release("0.5")
+
+
+def _this_if_312() -> tuple[Path, ...]:
+    import sys
+
+    return (Path(sys.executable),) if sys.version_info[:2] == (3, 12) else ()
