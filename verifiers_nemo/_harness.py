@@ -20,8 +20,9 @@ from ._judge.router import JudgeRouter
 from ._protocol import sum_usage
 from ._result import RolloutResult, map_gym_result
 from ._routing import PolicyCall, ProxyConfig, Route, RoutingProxy, get_proxy, row_with_route
-from ._stack import GymStack, StackConfig, acquire_stack, release_stack
+from ._stack import GymStack, acquire_stack, release_stack
 from ._stack.agent_client import DEATH_GRACE_S, GymAgentClient
+from ._stack.options import DEFAULT_MAX_STEPS, StackOptions
 from ._sync import run_blocking
 from ._tasks import NeMoGymTaskset, Task
 from ._upstreams import Upstream
@@ -46,8 +47,6 @@ RESPONSES_SAMPLING_KEYS = frozenset(
     }
 )
 _SAMPLING_ALIASES = {"max_tokens": "max_output_tokens", "max_completion_tokens": "max_output_tokens"}
-DEFAULT_MAX_STEPS = 100
-_STEP_BOUNDED_AGENTS = frozenset({"simple_agent"})  # agents whose config has max_steps
 
 
 def split_sampling_args(sampling_args: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -75,23 +74,16 @@ class NeMoGymHarness:
     stack's ``ng_run`` start a Ray cluster of its own, or ``overrides=["+ray_head_node_address=HOST:PORT"]``
     to join a cluster of yours.
 
-    ``proxy`` is the routing proxy its Gym agents call: a ``RoutingProxy`` of yours (started here if it
-    is not, never stopped here), a ``ProxyConfig`` (a proxy of this harness's own, stopped on
-    ``close()``), or ``None`` for the process's shared default proxy. ``secrets`` are values Gym
-    processes must never see in their environment; the API keys of the endpoints this harness is given
-    before its stack starts are added to them. ``agent_urls`` sends the ``/run`` of the named Gym agents
-    to another address (e.g. a Gym agent you run yourself, or a recorder in front of the stack's).
+    ``proxy``: a ``RoutingProxy`` of yours (started here, never stopped here), a ``ProxyConfig`` (a proxy of
+    this harness's own, stopped on ``close()``), or ``None`` (the process's shared proxy). ``secrets``: values
+    Gym processes must never see (the keys of endpoints given before the start are added). ``agent_urls``
+    sends the named agents' ``/run`` elsewhere (an agent of yours, a recorder).
 
-    ``judge`` is where the environment's judge calls go (its resources server calling a model while
-    scoring): one ``Endpoint`` for every judge name of the environment, or a mapping from judge name (as
-    the Gym config names it: ``judge_model``, ``genrm_model``, ``policy_model``...) to ``Endpoint``, with
-    ``"*"`` for the rest. Judge calls reach the judge through a port of the routing proxy of their own,
-    never the policy's route, and the judge's key never reaches a Gym process. An environment whose
-    judge is ``policy_model`` and that is given no judge sends its judge calls to the policy endpoint of
-    the latest rollout. ``judge_calls()`` returns the judge calls recorded since it was last called.
-
-    ``death_grace`` bounds how long a rollout whose ``/run`` went unanswered waits for the stack's verdict
-    on whether it died (then it probes the servers itself) before resubmitting after a restart.
+    ``judge``: where the environment's judge calls go, one ``Endpoint`` for every judge name or a mapping
+    from judge name (``judge_model``, ``genrm_model``, ``policy_model``...) to ``Endpoint`` (``"*"``: the
+    rest); see ``JudgeRouter``. A ``policy_model`` judge given none follows the latest rollout's policy.
+    ``death_grace``: how long a rollout whose ``/run`` went unanswered waits for the stack's verdict on its
+    death (then it probes) before resubmitting after a restart.
     """
 
     def __init__(
@@ -123,14 +115,17 @@ class NeMoGymHarness:
         self.taskset = taskset
         self.default_agent = agent
         self.timeout = timeout
-        self._gym_python = gym_python
-        self._gym_version = gym_version
-        self._isolated_venvs = isolated_venvs
-        self._max_steps = max_steps
-        self._start_timeout = start_timeout
-        self._extra_overrides = tuple(overrides)
-        self._shared_ray = shared_ray
-        self._config_paths = tuple(Path(p) for p in config_paths) if config_paths else None
+        self.options = StackOptions(
+            gym_python,
+            gym_version,
+            isolated_venvs,
+            max_steps,
+            start_timeout,
+            tuple(overrides),
+            shared_ray,
+            tuple(Path(p) for p in config_paths) if config_paths else None,
+        )
+        """What this harness asks of its stack (runtime, venvs, step bound, Ray, timeouts)."""
         self._proxy_option = proxy
         self._owns_proxy = isinstance(proxy, ProxyConfig)
         self._secrets = {s for s in secrets if s}
@@ -147,35 +142,19 @@ class NeMoGymHarness:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def _resolve_config_paths(self) -> tuple[Path, ...]:
-        if self._config_paths:
-            return self._config_paths
-        from ._gym import get_environment
-
-        env = get_environment(self.env_name, root=self._gym_root())
-        if env.default_config is None:
-            raise ConfigurationError(f"Gym environment {self.env_name} has no config file.")
-        return (env.default_config.path,)
-
-    def _gym_root(self) -> Path:
-        from ._gym import gym_root
-
-        return gym_root(self._gym_python, self._gym_version)
-
     def check(self) -> tuple[str, ...]:
         """Raise now, starting nothing and writing nothing, what ``start()`` would refuse: an unknown
         environment, one scored by a judge model, servers whose packages the Gym runtime lacks.
 
         Returns why the environment may need an external service (a download, a credential...), for the
         caller to show; ``start()`` then does not log it again."""
-        config_paths = self._resolve_config_paths()
-        external = self.judges.check(config_paths, self._gym_root())
-        if not self._isolated_venvs:
-            from ._gym import find_gym_runtime
+        config_paths = self.options.env_config_paths(self.env_name)
+        external = self.judges.check(config_paths, self.options.root())
+        if not self.options.isolated_venvs:
             from ._stack import check_requirements
 
             instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
-            check_requirements(self.env_name, instances, find_gym_runtime(self._gym_python, gym_version=self._gym_version))
+            check_requirements(self.env_name, instances, self.options.runtime())
         self._external_reported = True
         return external
 
@@ -185,42 +164,24 @@ class NeMoGymHarness:
             if self._closed:
                 raise ConfigurationError("This NeMoGymHarness is closed.")
             if self._stack is None:
-                config_paths = self._resolve_config_paths()
-                external = self.judges.check(config_paths, self._gym_root())  # before anything starts
+                config_paths = self.options.env_config_paths(self.env_name)
+                external = self.judges.check(config_paths, self.options.root())  # before anything starts
                 if not self._external_reported:
                     self._external_reported = True
                     for reason in external:
                         logger.warning("Gym environment %s may need an external service: %s", self.env_name, reason)
             if self._proxy is None:
-                self._proxy = self._make_proxy()
+                self._proxy = _proxy_for(self._proxy_option)
             if self._stack is None:
-                launched_paths, placeholders = self.judges.open(self._proxy, config_paths)
-                config = StackConfig(
-                    name=self.env_name,
-                    config_paths=launched_paths,
-                    model_placeholders=placeholders,
-                    policy_url=self._proxy.url,
-                    overrides=(*self._step_bound_overrides(config_paths), *self._extra_overrides),
-                    gym_python=self._gym_python,
-                    gym_version=self._gym_version,
-                    isolated_venvs=self._isolated_venvs,
-                    shared_ray=self._shared_ray,
-                    start_timeout=self._start_timeout,
-                    secrets=frozenset(self._secrets),
+                launched, placeholders = self.judges.open(self._proxy, config_paths)
+                self._stack = acquire_stack(
+                    self.options.stack_config(
+                        self.env_name, config_paths, launched, placeholders, self._proxy.url, frozenset(self._secrets)
+                    )
                 )
-                stack = acquire_stack(config)
-                self._stack = stack
             stack = self._stack
         stack.ensure_running()
         return stack
-
-    def _make_proxy(self) -> RoutingProxy:
-        option = self._proxy_option
-        if isinstance(option, RoutingProxy):
-            return option.start()
-        if isinstance(option, ProxyConfig):
-            return RoutingProxy(option).start()
-        return get_proxy()  # one per process, lives until exit
 
     def add_secrets(self, *values: str) -> None:
         """Values (API keys) Gym processes must never see; applies to a stack not yet started."""
@@ -238,33 +199,13 @@ class NeMoGymHarness:
             self.judges.replace(judge)
             self._secrets |= self.judges.secrets()
 
-    @property
-    def has_judge(self) -> bool:
-        """Whether a judge endpoint was given."""
-        return bool(self.judges)
-
     def judge_label(self, name: str) -> str:
         """Where the judge ``name``'s calls go, in words (for summaries)."""
         return self.judges.label(name)
 
-    @property
-    def judge_names(self) -> tuple[str, ...]:
-        """The judge names of the running stack's environment (empty before start or without judges)."""
-        return self.judges.names
-
     def judge_calls(self) -> dict[str, list[PolicyCall]]:
         """Judge calls recorded since the last call of this method, by judge name (taken, not copied)."""
         return self.judges.take_calls()
-
-    def _step_bound_overrides(self, config_paths: tuple[Path, ...]) -> list[str]:
-        """Bound the steps of simple agents that set no bound (nemo-gym's default is unbounded)."""
-        if self._max_steps is None:
-            return []
-        overrides = []
-        for instance in server_instances(merged_configs(list(config_paths))):
-            if instance.implementation in _STEP_BOUNDED_AGENTS and not instance.config.get("max_steps"):
-                overrides.append(f"++{instance.override_prefix}.max_steps={int(self._max_steps)}")
-        return overrides
 
     async def astart(self) -> GymStack:
         return await asyncio.to_thread(self.start)
@@ -462,6 +403,15 @@ class NeMoGymHarness:
                 await self.agents.close_session()
 
         return run_blocking(collect, name=f"run_sync-{self.env_name}")
+
+
+def _proxy_for(option: RoutingProxy | ProxyConfig | None) -> RoutingProxy:
+    """The routing proxy of ``proxy=``: yours (started), one of this config's, or the process's shared one."""
+    if isinstance(option, RoutingProxy):
+        return option.start()
+    if isinstance(option, ProxyConfig):
+        return RoutingProxy(option).start()
+    return get_proxy()  # one per process, lives until exit
 
 
 @dataclass(slots=True)

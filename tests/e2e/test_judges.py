@@ -79,7 +79,7 @@ async def test_judge_calls_reach_the_judge_and_policy_calls_the_policy() -> None
             results = [r async for r in harness.run(tasks, policy_ep, concurrency=ROWS)]
             gym_envs = _gym_environments()
             judge_calls = harness.judge_calls()
-            assert harness.judge_names == ("genrm_model",)
+            assert harness.judges.names == ("genrm_model",)
             assert harness.judge_label("genrm_model") == "the judge"
 
     assert [r.error for r in results] == [None] * ROWS

@@ -163,6 +163,12 @@ def _run_eval(
         + (f" ({len(pending)} to run)" if previous else "")
         + (f"; saving to {folder.path}" if folder else "")
     )
+    if settings.policy != "replay" and not _bounds_output(settings.sampling_args):
+        say(
+            "warning: no max output tokens (-t N): a model that does not stop runs until its context is full, "
+            f"and each such rollout ends at the {settings.timeout:g}s timeout. The progress line shows calls "
+            "waiting on the model."
+        )
     if settings.policy == "replay":
         known = sorted({t.task_index for t in pending if unreproducible_reason(*settings.origin(t.task_index))})
         for task_index in known:
@@ -236,10 +242,34 @@ def _show_finished(
     return _exit_status(updated)
 
 
+def _bounds_output(sampling_args: Mapping[str, Any] | None) -> bool:
+    """Whether the sampling args bound the length of a reply."""
+    args = dict(sampling_args or {})
+    args.update(args.pop("extra_body", None) or {})
+    return any(args.get(k) for k in ("max_tokens", "max_output_tokens", "max_completion_tokens"))
+
+
+def _model_waits(evaluation: Evaluation) -> tuple[int, float]:
+    """Policy calls waiting on the model through this process's routing proxy (none seen on Ray actors)."""
+    harness = evaluation.harness
+    if not getattr(harness, "started", False):
+        return 0, 0.0
+    try:
+        return harness.proxy.model_waits()
+    except (ConfigurationError, AttributeError):
+        return 0, 0.0
+
+
 def _exit_status(metadata: Mapping[str, Any]) -> int:
     rollouts = metadata["summary"]["rollouts"]
     if rollouts["total"] and rollouts["scored"] == 0:
-        say(f"{PROG}: every rollout failed ({rollouts['errored']}); see Errors in the summary.")
+        if rollouts.get("masked"):
+            say(
+                f"{PROG}: no rollout could be scored: {rollouts['masked']} masked by Gym (no valid measurement; "
+                f"see Masked), {rollouts['errored']} errored."
+            )
+        else:
+            say(f"{PROG}: every rollout failed ({rollouts['errored']}); see Errors in the summary.")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -256,9 +286,16 @@ async def _execute(
     settings = evaluation.settings
     records = [slim_record(r) for r in previous]
     progress = Progress()
+    if settings.policy != "replay":
+        progress.watch_model(lambda: _model_waits(evaluation))
     progress.seed(
-        [float(r["reward"]) for r in previous if r.get("reward") is not None and not r.get("error")],
+        [
+            float(r["reward"])
+            for r in previous
+            if r.get("reward") is not None and not r.get("error") and not r.get("masked")
+        ],
         sum(1 for r in previous if r.get("error") or r.get("reward") is None),
+        sum(1 for r in previous if r.get("masked") and not r.get("error")),
     )
     session = {"started_at": evaluation.timing.started_at}
     sessions = [*metadata.get("sessions", []), session]

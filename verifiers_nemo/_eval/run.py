@@ -196,7 +196,7 @@ class Evaluation:
             self.pool.use_replay(self.tasks)
         external: list[str] = []
         for env in self.envs:
-            if self.settings.policy == "replay" and not env.harness.has_judge:
+            if self.settings.policy == "replay" and not env.harness.judges:
                 from .._judge import ANY_JUDGE
 
                 if self.pool is not None:

@@ -41,7 +41,7 @@ class StackWorker:
             from .._replay import ReplayServer
 
             self._replay = ReplayServer.from_tasks(list(replay_tasks)).start()
-            if not self.harness.has_judge:
+            if not self.harness.judges:
                 self.harness.set_judge({ANY_JUDGE: self._replay.judge_endpoint()})
         self.harness.check()
         await self.harness.astart()
@@ -50,7 +50,7 @@ class StackWorker:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "start_s": time.monotonic() - started,
-            "judges": {name: self.harness.judge_label(name) for name in self.harness.judge_names},
+            "judges": {name: self.harness.judge_label(name) for name in self.harness.judges.names},
         }
 
     async def rollout(
