@@ -43,6 +43,10 @@ class Endpoint:
     extra_body: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
     return_tokens: bool = False
+    exact_tokens: bool = False
+    """Training-exact tokens from a stock vLLM (started with ``--enable-scale-out``): every turn after the
+    first is generated from the exact token IDs already sampled plus what is new, rendered with the served
+    model's own template; replies are parsed by vLLM's own tool and reasoning parsers (either ``api``)."""
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)

@@ -173,19 +173,25 @@ async def test_late_call_after_close_is_refused(
     assert route.key[:10] in body["error"]["message"] and route.key not in body["error"]["message"]
 
 
-async def test_close_cancels_the_call_in_flight(
+async def test_close_cancels_the_call_in_flight_and_keeps_it_as_unanswered(
     proxy: RoutingProxy, fake: FakeUpstream, client: aiohttp.ClientSession
 ) -> None:
+    """A rollout that times out keeps the call it was waiting on: what was sent, no reply, how long it waited."""
     route = proxy.open_route(Endpoint(base_url=fake.base_url, model="m"))
     fake.script(FakeReply.hang())
-    pending = asyncio.create_task(post(client, proxy, gym_body(route.key)))
+    pending = asyncio.create_task(post(client, proxy, gym_body(route.key, "still thinking?")))
     await until(lambda: route.in_flight == 1)
+    await asyncio.sleep(0.2)
 
     route.close()
     status, _ = await asyncio.wait_for(pending, 5)
 
-    assert status == 410
-    assert route.in_flight == 0 and route.calls == []
+    assert status == 410 and route.in_flight == 0
+    [call] = route.calls
+    assert call.error is not None and call.error.type == "upstream_timeout" and "no reply" in call.error.message
+    assert call.response is None and call.status == 410 and call.latency_s >= 0.2
+    assert call.request["input"][-1]["content"] == "still thinking?" and call.request["model"] == "m"
+    assert route.error is None  # the rollout's error is its own timeout, not this call's
 
 
 async def test_metadata_key_wins_over_model_and_never_falls_back(

@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 from .._eval import fmt
@@ -36,16 +37,35 @@ class Progress:
         self._ticker: asyncio.Task[None] | None = None
         self._rewards: list[float] = []
         self._errors = 0
+        self._masked = 0
         self._last_line = 0.0
         self._total = 0
         self._done = 0
         self._started = 0.0
         self._previous_rewards: list[float] = []
         self._previous_errors = 0
+        self._previous_masked = 0
+        self._model_waits: Callable[[], tuple[int, float]] | None = None
+        self._waits = (0, 0.0)
 
-    def seed(self, rewards: list[float], errors: int) -> None:
+    def seed(self, rewards: list[float], errors: int, masked: int = 0) -> None:
         """Include a resumed run's earlier rollouts in the running mean and error count."""
-        self._previous_rewards, self._previous_errors = rewards, errors
+        self._previous_rewards, self._previous_errors, self._previous_masked = rewards, errors, masked
+
+    def watch_model(self, model_waits: Callable[[], tuple[int, float]]) -> None:
+        """While rollouts run, show how many policy calls wait on the model and for how long (so a slow
+        model is told apart from a slow Gym): ``model_waits()`` gives (calls waiting, oldest wait in s)."""
+        self._model_waits = model_waits
+
+    async def _tick_waits(self) -> None:
+        while self._model_waits is not None:
+            await asyncio.sleep(2.0)
+            self._waits = self._model_waits()
+            if self._bar is not None:
+                self._bar.set_postfix_str(self._postfix())
+            elif not self.tty and self._waits[0] and time.monotonic() - self._last_line >= 30:
+                self._last_line = time.monotonic()
+                say(f"rollouts {self._done}/{self._total} · {self._postfix()}")
 
     def stack_starting(self, what: str) -> None:
         from tqdm import tqdm
@@ -79,6 +99,8 @@ class Progress:
         self._started = time.monotonic()
         if done:
             say(f"Resuming: {done} of {total} rollouts already done, {total - done} to run")
+        if self._model_waits is not None:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick_waits())
         if self.tty:
             self._bar = tqdm(
                 total=total,
@@ -93,11 +115,20 @@ class Progress:
     def _postfix(self) -> str:
         rewards = self._previous_rewards + self._rewards
         mean = math.fsum(rewards) / len(rewards) if rewards else None
-        return f"reward={fmt(mean)} errors={self._previous_errors + self._errors}"
+        masked = self._previous_masked + self._masked
+        text = f"reward={fmt(mean)} errors={self._previous_errors + self._errors}"
+        if masked:
+            text += f" masked={masked}"
+        waiting, oldest = self._waits
+        if waiting:
+            text += f" · {waiting} waiting on the model (oldest {oldest:.0f}s)"
+        return text
 
     def rollout_finished(self, result: RolloutResult) -> None:
         self._done += 1
-        if result.error is None and result.reward is not None:
+        if result.error is None and result.masked:
+            self._masked += 1
+        elif result.error is None and result.reward is not None:
             self._rewards.append(result.reward)
         else:
             self._errors += 1
@@ -108,7 +139,7 @@ class Progress:
             now = time.monotonic()
             if now - self._last_line >= 5 or self._done == self._total:
                 self._last_line = now
-                rate = (len(self._rewards) + self._errors) / max(now - self._started, 1e-9)
+                rate = (len(self._rewards) + self._errors + self._masked) / max(now - self._started, 1e-9)
                 say(f"rollouts {self._done}/{self._total} · {rate:.2f}/s · {self._postfix()}")
 
     def _close_bar(self) -> None:
@@ -120,4 +151,5 @@ class Progress:
             bar.close()
 
     def close(self) -> None:
+        self._model_waits = None
         self._close_bar()

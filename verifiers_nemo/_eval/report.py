@@ -103,6 +103,7 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         row(
             "Replay",
             f"{replay['reproduced']}/{replay['compared']} rewards equal the recorded ones ({verdict})",
+            *([f"{replay['masked']} masked (not compared)"] if replay.get("masked") else []),
         )
         for m in replay["mismatches"][:5]:
             row("", f"task {m['task_index']} rollout {m['rollout_index']}: reward {m['reward']}, "

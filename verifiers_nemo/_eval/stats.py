@@ -156,11 +156,15 @@ def replay_agreement(
     """How many replayed rollouts reproduced their recorded reward (None when none was replayed).
 
     An errored rollout counts as not reproduced. Rollouts of a recording known not to reproduce
-    (``known(task_index)`` gives why) are left out of the comparison and listed under ``known``.
+    (``known(task_index)`` gives why) are left out of the comparison and listed under ``known``; so are
+    masked ones (Gym's reward is no valid measurement: nothing to compare), counted under ``masked``.
     """
-    compared, mismatches, known_rows = 0, [], []
+    compared, mismatches, known_rows, masked = 0, [], [], 0
     for record in records:
         if "recorded_reward" not in record:
+            continue
+        if record.get("masked") and not record.get("error"):
+            masked += 1
             continue
         reason = known(int(record["task_index"])) if known is not None else None
         if reason:
@@ -183,13 +187,15 @@ def replay_agreement(
                     "recorded_reward": recorded,
                 }
             )
-    if not compared and not known_rows:
+    if not compared and not known_rows and not masked:
         return None
     agreement: dict[str, Any] = {
         "compared": compared,
         "reproduced": compared - len(mismatches),
         "mismatches": mismatches[:20],
     }
+    if masked:
+        agreement["masked"] = masked
     if known_rows:
         agreement["known_unreproducible"] = sorted(known_rows, key=lambda r: (r["task_index"], r["rollout_index"]))
     return agreement

@@ -207,6 +207,14 @@ class RoutingProxy(LoopThreadServer):
         """How many routes are open."""
         return len(self._routes)
 
+    def model_waits(self) -> tuple[int, float]:
+        """Policy calls now waiting on their model, and how long the oldest has waited (seconds)."""
+        with self._lock:
+            routes = list(self._routes.values())
+        now = time.perf_counter()
+        since = [t for t in (route.waiting_since() for route in routes) if t is not None]
+        return sum(route.in_flight for route in routes), (now - min(since)) if since else 0.0
+
     def forget(self, route: Route) -> None:
         """Drop a closed route (its key is kept as a tombstone: later calls get 410, not 404)."""
         loop = self.loop
@@ -304,7 +312,7 @@ class RoutingProxy(LoopThreadServer):
         else:
             call = route.upstream.create_response(session, route.endpoint, body)
         task = asyncio.ensure_future(call)
-        index = route.begin(task)
+        index = route.begin(task, body)
         if index is None:
             task.cancel()
             return _error_response(410, "route_closed", "The route closed before the call could start.")

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._endpoint import Endpoint
-from .._exceptions import UpstreamError
+from .._exceptions import UpstreamError, UpstreamTimeout
 from .._protocol import dumps, sum_usage
 from .._upstreams import Upstream
 from .route_key import drop_route_metadata
@@ -68,7 +70,7 @@ class Route:
         self._error: UpstreamError | None = None
         self._closed = False
         self._started = 0
-        self._inflight: set[asyncio.Task[Any]] = set()
+        self._inflight: dict[asyncio.Task[Any], _InFlight] = {}
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def __repr__(self) -> str:
@@ -123,18 +125,28 @@ class Route:
         """Policy calls currently being answered."""
         return len(self._inflight)
 
+    def waiting_since(self) -> float | None:
+        """``perf_counter()`` time of the oldest call still waiting for its reply (None: none is)."""
+        with self._lock:
+            return min((pending.t0 for pending in self._inflight.values()), default=None)
+
     @property
     def usage(self) -> dict[str, int]:
         """Token usage summed over the recorded calls."""
         return sum_usage(call.usage for call in self.calls)
 
     def close(self) -> None:
-        """Revoke the key (idempotent); calls in flight are cancelled and answered 410."""
+        """Revoke the key (idempotent); calls in flight are cancelled and answered 410, and recorded as
+        calls that got no reply (what was sent, how long it waited), so a timed-out rollout keeps them."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             tasks = list(self._inflight)
+            now = time.perf_counter()
+            for pending in self._inflight.values():
+                self._calls.append(pending.unanswered(self, now))
+            self._calls.sort(key=lambda call: call.index)
             waiters, self._waiters = self._waiters, []
         self._proxy.forget(self)
         loop = self._proxy.loop
@@ -170,18 +182,19 @@ class Route:
         forwarded["model"] = self.endpoint.model
         return forwarded
 
-    def begin(self, task: asyncio.Task[Any]) -> int | None:
+    def begin(self, task: asyncio.Task[Any], body: dict[str, Any] | None = None) -> int | None:
+        """Register a call in flight (``body``: what is being sent); its index, or None when closed."""
         with self._lock:
             if self._closed:
                 return None
-            self._inflight.add(task)
             index = self._started
             self._started += 1
+            self._inflight[task] = _InFlight(index, body or {}, time.time(), time.perf_counter())
             return index
 
     def end(self, task: asyncio.Task[Any]) -> None:
         with self._lock:
-            self._inflight.discard(task)
+            self._inflight.pop(task, None)
 
     def request_json(self, request: dict[str, Any], encoded: bytes | None) -> bytes:
         if not self.record_requests:
@@ -190,6 +203,8 @@ class Route:
 
     def record(self, call: PolicyCall) -> None:
         with self._lock:
+            if self._closed and any(c.index == call.index for c in self._calls):
+                return  # recorded as unanswered when the route closed, just before this reply came
             self._calls.append(call)
             if call.error is not None and self._error is None:
                 self._error = call.error
@@ -204,6 +219,32 @@ class Route:
                 self.on_call(call)
             except Exception:
                 logger.exception("on_call callback of route %s failed", self.endpoint.label)
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    """A call being answered: its index, what was sent, and when."""
+
+    index: int
+    body: dict[str, Any]
+    started_at: float
+    t0: float
+
+    def unanswered(self, route: Route, now: float) -> PolicyCall:
+        """This call as recorded when its route closes before the reply (the rollout ended or timed out)."""
+        waited = now - self.t0
+        return PolicyCall(
+            index=self.index,
+            request_json=route.request_json(self.body, None),
+            status=410,
+            latency_s=waited,
+            attempts=1,
+            started_at=self.started_at,
+            error=UpstreamTimeout(
+                f"no reply: the rollout ended while this call had waited {waited:.1f} s on the model",
+                request=self.body,
+            ),
+        )
 
 
 def _wake(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
