@@ -20,6 +20,7 @@ Importing this module imports ``verifiers`` (seconds): only the environment pack
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import random
@@ -31,7 +32,7 @@ import verifiers.v1 as vf
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from ._endpoint import Endpoint
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, TasksetError
 from ._harness import DEFAULT_MAX_STEPS, NeMoGymHarness
 from ._judge import judge_endpoint
 from ._replay import ROW_HEADER, replay_tasks
@@ -158,7 +159,7 @@ def _task_data(task: Task, config: GymTasksetConfig) -> GymTaskData:
     return GymTaskData(
         id=str(task.example_id),
         name=f"{task.env or Path(task.source).stem}:{task.example_id}",
-        prompt=_prompt_messages(task.prompt),
+        prompt=_prompt_messages(task.prompt, task.source),
         row=task.row,
         nemo_env=task.env,
         agent=task.agent_name,
@@ -168,22 +169,64 @@ def _task_data(task: Task, config: GymTasksetConfig) -> GymTaskData:
     )
 
 
-def _prompt_messages(messages: list[dict[str, Any]]) -> list[Any]:
-    """The row's input as verifiers messages (for display and traces; Gym gets the row itself).
-    Content verifiers cannot type (e.g. a file part) is shown as text."""
+def _prompt_messages(messages: list[dict[str, Any]], source: str = "") -> list[Any]:
+    """The row's input as verifiers messages, for display and traces (the Gym agent gets the row itself).
+
+    Each message verifiers cannot type as it is becomes the nearest one it can: ``developer`` → ``system``, a
+    tool output without its call id gets a placeholder id, content parts verifiers does not know (files,
+    images in Gym's shape...) are shown as text. A row that still cannot be typed is refused, naming it."""
     try:
         return _MESSAGES.validate_python(messages)
     except ValidationError:
-        return [{"role": m.get("role", "user"), "content": _as_text(m.get("content"))} for m in messages]
+        pass
+    shown = [_displayable(message, position) for position, message in enumerate(messages)]
+    try:
+        return _MESSAGES.validate_python(shown)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise TasksetError(
+            f"{source or 'a Gym row'}: its input cannot be shown as verifiers messages "
+            f"({'.'.join(map(str, first['loc']))}: {first['msg']}); its environment cannot run under verifiers."
+        ) from None
+
+
+_ROLES = {"developer": "system", "system": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+def _displayable(message: Any, position: int) -> dict[str, Any]:
+    """One input message as the nearest verifiers message (see ``_prompt_messages``)."""
+    if not isinstance(message, dict):
+        return {"role": "user", "content": str(message)}
+    try:
+        return _MESSAGE.validate_python(message)
+    except ValidationError:
+        pass
+    role = _ROLES.get(str(message.get("role")), "user")
+    shown: dict[str, Any] = {"role": role, "content": _as_text(message.get("content"))}
+    if role == "tool":
+        call_id = message.get("tool_call_id") or message.get("call_id")
+        shown["tool_call_id"] = str(call_id) if call_id else f"gym-unpaired-{position}"
+    if role == "assistant" and message.get("tool_calls"):
+        shown["tool_calls"] = message["tool_calls"]
+        try:
+            _MESSAGE.validate_python(shown)
+        except ValidationError:
+            shown["content"] = f"{shown['content']}\n[tool calls] {json.dumps(shown.pop('tool_calls'))}".strip()
+    return shown
 
 
 def _as_text(content: Any) -> str:
     if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        return "\n".join(
+            str(part.get("text") or part.get("content") or f"[{part.get('type', 'part')}]")
+            for part in content
+            if isinstance(part, dict)
+        )
     return str(content or "")
 
 
 _MESSAGES: TypeAdapter[list[Any]] = TypeAdapter(vf.Messages)
+_MESSAGE: TypeAdapter[Any] = TypeAdapter(vf.Message)
 
 
 ApiChoice = Literal["auto", "responses", "chat"]

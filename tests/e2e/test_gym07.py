@@ -1,0 +1,152 @@
+"""nemo-gym 0.7 as the Gym runtime: environment servers in front of agents, and Gym's failure semantics.
+
+The runtime is `.venv-gym07`, built by `.ci/setup-gym07`. TEST-ONLY: nemo-gym >= 0.5 declares Python >= 3.13.14,
+which no machine here has; that script installs 0.7.0 into a 3.13.0 venv with resolution told the floor
+(`uv pip install --python-version 3.13.14`). A user with 3.13.14+ needs no such thing; one without gets 0.4.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_verifiers_env import VF_PYTHON, _run, _traces, vf_eval
+from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer
+from verifiers_nemo._replay import replay_tasks
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+GYM07_PYTHON = ROOT / ".venv-gym07" / "bin" / "python"
+CLI = ROOT / ".venv" / "bin" / "verifiers-nemo"
+
+
+@pytest.fixture(scope="module")
+def gym07() -> str:
+    if os.environ.get("VERIFIERS_NEMO_GYM07") == "0":
+        pytest.skip("VERIFIERS_NEMO_GYM07=0: the nemo-gym 0.7 tier is switched off")
+    if not GYM07_PYTHON.exists():
+        pytest.fail(f"{GYM07_PYTHON} is missing: `bash .ci/setup-gym07` builds the nemo-gym 0.7.0 test runtime")
+    return str(GYM07_PYTHON)
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port nothing listens on (bound, never listened: connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_rollouts_go_through_the_environment_server_in_front_of_the_agent(gym07: str) -> None:
+    """0.7 configs declare `<env>_environment_server` (legacy_agent) relaying to the agent; Gym's own collector
+    posts there, and so do we. Its access log (Gym's `uvicorn_logging_show_200_ok`) shows every /run."""
+    tasks = replay_tasks(NeMoGymTaskset("example_multi_step", recorded=True, root=_root(gym07), limit=3))
+
+    async def run() -> tuple[list, str]:
+        with ReplayServer.from_tasks(tasks) as replay:
+            harness = NeMoGymHarness(
+                "example_multi_step", gym_python=gym07, overrides=["++uvicorn_logging_show_200_ok=true"]
+            )
+            async with harness:
+                results = [r async for r in harness.run(tasks, replay.endpoint_for, concurrency=3)]
+                assert harness.gym_version == "0.7.0"
+                return results, harness.stack.log_path.read_text()  # type: ignore[union-attr]
+
+    results, log = asyncio.run(run())
+    assert [r.error for r in results] == [None] * 3 and all(r.reward == 1.0 for r in results)
+    relayed = re.findall(r"\(example_multi_step_environment_server\) .*\"POST /run HTTP/1.1\" 200", log)
+    reached = re.findall(r"\(example_multi_step_simple_agent\) .*\"POST /run HTTP/1.1\" 200", log)
+    assert len(relayed) == len(reached) == 3, log[-3000:]
+
+
+async def test_a_judge_that_cannot_be_reached_masks_every_row_and_nothing_is_called_an_error(
+    gym07: str, tmp_path: Path, closed_port: int
+) -> None:
+    """aalcr's judge is a closed port: Gym's judge_failsafe marks each row mask_sample / judge_failed. The CLI
+    counts them apart: no reward average, no pass@k, no error; each row keeps Gym's reward and failure."""
+    judge = f"http://127.0.0.1:{closed_port}/v1"
+    argv = [str(CLI), "eval", "aalcr", "-n", "3", "--judge-base-url", judge, "--judge-model", "j", "-o", "out"]
+    code, output = await _run(argv, tmp_path, {"VERIFIERS_NEMO_GYM_PYTHON": gym07})
+
+    assert "0 scored · 0 errored · 3 masked" in output, output[-3000:]
+    assert "Masked       3: judge_failed 3" in output and "Errors       none" in output
+    assert "Reward       avg n/a" in output and "\npass@k " not in output  # no pass@k row
+    assert "nemo-gym     0.7.0" in output
+    assert "no rollout could be scored: 3 masked by Gym" in output and code == 1
+    rows = [json.loads(line) for path in (tmp_path / "out").rglob("results.jsonl") for line in path.open()]
+    assert len(rows) == 3
+    for row in rows:
+        assert (row["masked"], row["failure_kind"], row["error"]) == (True, "judge_failed", None), row
+        assert row["reward"] == 0.0 and "mask_sample" not in row["metrics"]
+    metadata = json.loads(next((tmp_path / "out").rglob("metadata.json")).read_text())
+    assert metadata["versions"]["nemo-gym"] == "0.7.0"
+    assert metadata["summary"]["replay"]["masked"] == 3 and metadata["summary"]["replay"]["compared"] == 0
+
+
+async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_path: Path, closed_port: int) -> None:
+    """The same masked rows through the real verifiers: each trace is marked untrainable (verifiers'
+    AgentInfo.trainable, which its dashboard and trainers read), with Gym's failure in its info."""
+    if not VF_PYTHON.exists():
+        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup` builds the verifiers venv")
+    env = {"VERIFIERS_NEMO_GYM_PYTHON": gym07}
+    port_file = tmp_path / "replay.url"
+    server = await asyncio.create_subprocess_exec(
+        str(VF_PYTHON.parent / "verifiers-nemo"),
+        "replay-server",
+        "aalcr",
+        "--port-file",
+        str(port_file),
+        env={**os.environ, **env},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        while not port_file.exists():
+            assert server.returncode is None, "replay-server exited"
+            assert asyncio.get_running_loop().time() < deadline, "replay-server printed no URL in time"
+            await asyncio.sleep(0.1)
+        code, output, episodes = await vf_eval(
+            VF_PYTHON,
+            tmp_path,
+            port_file.read_text(),
+            "--env.taskset.nemo-env",
+            "aalcr",
+            "--env.taskset.recorded",
+            "true",
+            "--env.taskset.limit",
+            "2",
+            "--env.agent.harness.judge-base-url",
+            f"http://127.0.0.1:{closed_port}/v1",
+            "--env.agent.harness.judge-model",
+            "j",
+            "-n",
+            "2",
+            "-r",
+            "1",
+            extra_env=env,
+        )
+    finally:
+        server.terminate()
+        await asyncio.wait_for(server.wait(), 30)
+    traces = _traces(episodes)
+    assert code == 0 and len(traces) == 2, output[-3000:]
+    for trace in traces:
+        outcome = trace["info"]["nemo_gym"]
+        assert (outcome["masked"], outcome["failure_kind"]) == (True, "judge_failed"), outcome
+        assert outcome["nemo_gym_version"] == "0.7.0"
+        assert trace["agent"]["trainable"] is False, trace["agent"]
+
+
+def _root(gym_python: str) -> Path:
+    from verifiers_nemo._gym import gym_root
+
+    return gym_root(gym_python)
