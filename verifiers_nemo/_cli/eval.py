@@ -18,6 +18,7 @@ from .._exceptions import ConfigurationError, MissingRequirementsError, Verifier
 from .._signals import CapturedSignals, capture_signals
 from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
 from .progress import Progress
+from .report import REPORT_FILE, report_unavailable, write_and_tell
 from .settings import new_settings, resumed_settings
 
 if TYPE_CHECKING:
@@ -26,8 +27,10 @@ if TYPE_CHECKING:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     wall_start = time.monotonic()
-    if args.output_dir is not None or args.save_trace:
+    if args.output_dir is not None or args.save_trace or args.report:
         args.save = True
+    if args.report and (unavailable := report_unavailable()):
+        return fail(f"--report: {unavailable}")
     try:
         settings, folder, metadata = _prepare_settings(args)
     except VerifiersNemoError as exc:
@@ -181,7 +184,10 @@ def _run_eval(
     # closed the previous handlers come back and the signal is raised again (SIGINT: KeyboardInterrupt, 130).
     with capture_signals(interrupt.on_signal, force=False) as captured:
         interrupt.captured = captured
-        return asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start, interrupt))
+        code = asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start, interrupt))
+    if args.report and folder is not None and folder.results_path.exists():
+        write_and_tell([folder.path], folder.path / REPORT_FILE)
+    return code
 
 
 class _Interrupt:

@@ -15,6 +15,7 @@ from .envs import cmd_envs
 from .eval import cmd_eval
 from .prepare import cmd_prepare
 from .replay_server import cmd_replay_server
+from .report import cmd_export, cmd_report
 
 EVAL_DESCRIPTION = """\
 Evaluate a model on a NeMo Gym environment: run its tasks as rollouts through the real Gym stack,
@@ -289,8 +290,52 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="X",
         help="a rollout is correct when its reward >= X, for pass@k (default 0.5)",
     )
+    out.add_argument(
+        "--report",
+        action="store_true",
+        help="at the end, write report.html next to the results (plots, every rollout; implies -s; "
+        "needs verifiers-nemo[report])",
+    )
     out.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
     ev.set_defaults(handler=cmd_eval)
+
+    rp = commands.add_parser(
+        "report",
+        help="one self-contained HTML report of saved runs: plots, every rollout, runs compared",
+        description=(
+            "Write one HTML file (it opens with no network) from saved eval runs: our run folders "
+            "(results.jsonl + metadata.json, from `eval -s`) and verifiers' eval folders (traces.jsonl, from "
+            "vf-eval nemo-gym-env or a prime-rl eval). Overview per environment (reward, pass@k and pass^k, "
+            "metrics with confidence intervals, errors, latency, tokens), every rollout with its transcript, "
+            "and with several runs their per-task comparison against the first. Needs verifiers-nemo[report]."
+        ),
+    )
+    rp.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders (the first is the baseline)")
+    rp.add_argument(
+        "-o", "--output", type=Path, metavar="FILE",
+        help="where to write it (default: report.html in the run folder, or here for several runs)",
+    )  # fmt: skip
+    rp.add_argument("--title", help="the report's title (default: the runs' names)")
+    rp.add_argument("-v", "--verbose", action="count", default=0, help="log more")
+    rp.set_defaults(handler=cmd_report)
+
+    ex = commands.add_parser(
+        "export",
+        help="export a saved run to another tool's format (--inspect: an inspect-ai log for `inspect view`)",
+        description=(
+            "Write a saved run (either kind of folder) as an inspect-ai log: one sample per rollout with its "
+            "messages and tool calls, Gym's reward as the score, its metrics, errors and masked rows. "
+            "Needs verifiers-nemo[inspect]."
+        ),
+    )
+    ex.add_argument("run", type=Path, metavar="RUN_DIR", help="a run folder")
+    ex.add_argument("--inspect", action="store_true", help="write an inspect-ai .eval log")
+    ex.add_argument(
+        "-o", "--output", type=Path, metavar="FILE",
+        help="the .eval file to write (default: RUN_DIR/inspect/<timestamp>_<env>_<run>.eval)",
+    )  # fmt: skip
+    ex.add_argument("-v", "--verbose", action="count", default=0, help="log more")
+    ex.set_defaults(handler=cmd_export)
 
     en = commands.add_parser(
         "envs",

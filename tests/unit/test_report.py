@@ -1,0 +1,316 @@
+"""The report: runs read into one shape (errors and masked rows apart), its statistics, runs compared,
+the HTML it writes, and bad input refused with one clear message (synthetic runs; the real runs and
+the browser are in tests/e2e/test_report.py)."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.unit.report_runs import rollout_record, write_run
+from verifiers_nemo._cli.main import main
+from verifiers_nemo._eval.stats import summarize
+from verifiers_nemo._report import ReportError, load_run, write_report
+from verifiers_nemo._report.stats import compare, mean_ci, overview, pass_curves, t_quantile_975
+from verifiers_nemo._report.transcript import Strings, from_policy_calls
+
+
+def _details(html: str) -> dict:
+    packed = re.search(r'<script type="text/plain" id="report-details">([^<]*)</script>', html)
+    assert packed
+    return json.loads(gzip.decompress(base64.b64decode(packed.group(1))))
+
+
+def _data(html: str) -> dict:
+    found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S)
+    assert found
+    return json.loads(found.group(1))
+
+
+# -- reading runs --------------------------------------------------------------------------------------
+
+
+def test_errors_and_masked_rows_are_counted_apart_never_as_reward_zero(tmp_path: Path) -> None:
+    outcomes = {(0, 0): "error", (1, 0): "masked", (1, 1): "masked"}
+    run = load_run(
+        write_run(
+            tmp_path / "run",
+            tasks=4,
+            repeats=2,
+            quality=1.0,
+            outcomes={**outcomes, **{(t, r): "scored" for t in range(4) for r in range(2) if (t, r) not in outcomes}},
+        )
+    )
+    stats = overview(run.rollouts, run.pass_threshold)
+    assert (stats["scored"], stats["errored"], stats["masked"]) == (5, 1, 2)
+    assert stats["reward"]["mean"] == 1.0, "a masked row's reward 0 and an error must not pull the mean down"
+    assert stats["masked_by_kind"] == {"judge_failed": 2}
+    assert set(stats["errors"]) <= {"timeout", "upstream_http"} and sum(stats["errors"].values()) == 1
+    assert stats["pass"]["tasks"][0] == 3, "task 1 (all masked) has no scored rollout for pass@k"
+    assert all("mask_sample" not in r.metrics for r in run.rollouts)
+    assert "question_id" not in {m["name"] for m in stats["metrics"]}, "identifiers are not averaged"
+
+
+def test_a_mask_sample_metric_from_a_newer_gym_masks_the_row(tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "run", tasks=1, repeats=1, outcomes={(0, 0): "scored"})
+    record = json.loads((folder / "results.jsonl").read_text())
+    record["metrics"]["mask_sample"] = 1.0  # how a nemo-gym 0.7 verify field lands today
+    (folder / "results.jsonl").write_text(json.dumps(record) + "\n")
+    rollout = load_run(folder).rollouts[0]
+    assert rollout.status == "masked" and "mask_sample" not in rollout.metrics
+
+
+def test_a_cut_off_last_line_is_left_out_with_a_note(tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "run", tasks=3, repeats=1)
+    text = (folder / "results.jsonl").read_text()
+    (folder / "results.jsonl").write_text(text + text.splitlines()[0][:100])
+    run = load_run(folder)
+    assert len(run.rollouts) == 3
+    assert any("cut off" in note for note in run.notes)
+
+
+@pytest.mark.parametrize(
+    ("arrange", "expected"),
+    [
+        (lambda d: (d / "results.jsonl").write_text(""), "no rollouts yet: results.jsonl is empty"),
+        (lambda d: (d / "metadata.json").write_text("{}"), "results.jsonl is missing"),
+        (lambda d: (d / "notes.txt").write_text("x"), "neither a verifiers-nemo run folder"),
+        (lambda d: (d / "traces.jsonl").write_text(""), "traces.jsonl is empty"),
+        (
+            lambda d: (d / "results.jsonl").write_text('{"task_index": 0, "rollout_index": 0, "rew'),
+            "no complete rollout",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_what_is_missing(tmp_path: Path, arrange, expected: str, capsys) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    arrange(folder)
+    with pytest.raises(ReportError, match=expected):
+        load_run(folder)
+    assert main(["report", str(folder), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_folder_holding_several_runs_names_them(tmp_path: Path) -> None:
+    write_run(tmp_path / "evals" / "a", tasks=1, repeats=1)
+    write_run(tmp_path / "evals" / "b", tasks=1, repeats=1)
+    with pytest.raises(ReportError, match=r"holds 2 runs \(a, b\)"):
+        load_run(tmp_path / "evals")
+
+
+def test_a_verifiers_traces_file_reads_like_our_results(tmp_path: Path) -> None:
+    def episode(idx: int, ok: bool) -> dict:
+        nodes = [
+            {"tools": [{"name": "lookup"}], "message": {"role": "system", "content": "sys"}},
+            {"parent": 0, "message": {"role": "user", "content": f"question {idx}"}},
+            {
+                "parent": 1,
+                "message": {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "c1", "type": "function", "name": "lookup", "arguments": "{}"}],
+                },
+                "sampled": True,
+            },
+            {"parent": 2, "message": {"role": "tool", "tool_call_id": "c1", "content": "42"}},
+        ]
+        gym = {
+            "reward": 1.0 if ok else None,
+            "env": "e",
+            "metrics": {"accuracy": 1.0} if ok else {},
+            "error": None if ok else {"type": "upstream_http", "message": "404 from upstream"},
+            "timing": {"rollout_s": 2.0},
+        }
+        trace = {
+            "ok": ok,
+            "errors": [] if ok else [{"type": "HarnessError", "message": "404"}],
+            "nodes": nodes,
+            "calls": [
+                {
+                    "node": 2,
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+                    "time": {"start": 1.0, "end": 1.5},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "rewards": {"nemo_gym": {"score": gym["reward"], "weight": 1.0}},
+            "metrics": gym["metrics"],
+            "info": {"nemo_gym": gym},
+            "num_input_tokens": 5,
+            "num_output_tokens": 3,
+        }
+        return {
+            "task": {"data": {"id": str(idx), "idx": idx, "nemo_env": "e", "recorded_reward": 1.0}},
+            "traces": [trace],
+        }
+
+    folder = tmp_path / "vf" / "nemo-gym-env--m--1"
+    folder.mkdir(parents=True)
+    lines = [episode(0, True), episode(0, True), episode(1, False)]
+    (folder / "traces.jsonl").write_text("\n".join(json.dumps(e) for e in lines) + "\n")
+    run = load_run(tmp_path / "vf")  # the -o folder of vf-eval, holding one run
+    assert [(r.task, r.rollout_index, r.status, r.kind) for r in run.rollouts] == [
+        ("0", 0, "scored", None),
+        ("0", 1, "scored", None),
+        ("1", 0, "error", "upstream_http"),
+    ]
+    first = run.rollouts[0]
+    assert (first.turns, first.tool_calls, first.call_latencies, first.latency_s) == (1, 1, [0.5], 2.0)
+    assert first.transcript["m"][2]["tc"][0][0] == "lookup" and first.transcript["c"][0]["in"] == 5
+
+
+# -- transcripts ---------------------------------------------------------------------------------------
+
+
+def test_policy_calls_show_each_new_input_once_and_every_reply() -> None:
+    record = rollout_record(3, 0, __import__("random").Random(1), outcome="scored")
+    strings = Strings()
+    transcript = from_policy_calls(record["trace"], strings)
+    roles = [m["r"] for m in transcript["m"]]
+    tool_calls = len(record["trace"]) - 1
+    assert roles == ["system", "user"] + ["assistant", "tool"] * tool_calls + ["assistant"]
+    assert [m.get("k") for m in transcript["m"] if m["r"] == "assistant"] == list(range(tool_calls + 1))
+    assert isinstance(transcript["m"][0]["t"], int), "the long system prompt goes to the string table"
+    assert transcript["c"][0]["tok"] == [20, 5, -0.33, -1.0]
+
+
+def test_chat_shaped_requests_read_the_same() -> None:
+    calls = [
+        {
+            "request": {"messages": [{"role": "user", "content": "hi"}]},
+            "response": {"output": [{"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c"}]},
+        },
+        {
+            "request": {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "c", "content": "7"},
+                ]
+            },
+            "response": {
+                "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "7"}]}]
+            },
+        },
+    ]
+    messages = from_policy_calls(calls, Strings())["m"]
+    assert [(m["r"], m.get("t"), m.get("k")) for m in messages] == [
+        ("user", "hi", None),
+        ("assistant", None, 0),
+        ("tool", "7", None),
+        ("assistant", "7", 1),
+    ]
+
+
+# -- statistics ------------------------------------------------------------------------------------------
+
+
+def test_t_quantiles_match_the_tables() -> None:
+    for df, value in [(1, 12.706), (5, 2.571), (11, 2.201), (20, 2.086), (30, 2.042), (100, 1.984), (1000, 1.962)]:
+        assert t_quantile_975(df) == pytest.approx(value, abs=2e-3)
+    mean, low, high = mean_ci([1.0, 2.0, 3.0, 4.0])
+    assert (mean, low, high) == pytest.approx(
+        (2.5, 2.5 - 3.182 * math.sqrt(5 / 3) / 2, 2.5 + 3.182 * math.sqrt(5 / 3) / 2), abs=1e-3
+    )
+
+
+def test_pass_curves_agree_with_the_eval_summary(tmp_path: Path) -> None:
+    run = load_run(write_run(tmp_path / "run", tasks=12, repeats=8, quality=0.4, seed=3))
+    curves = pass_curves(run.rollouts, 0.5)
+    records = [json.loads(line) for line in (run.path / "results.jsonl").read_text().splitlines()]
+    records = [r for r in records if not r.get("masked")]
+    summary = summarize(records, rollouts_per_example=8)
+    assert curves["k"] == list(range(1, 9))
+    for k, value in summary["pass_at_k"].items():
+        assert curves["pass_at"][int(k) - 1] == pytest.approx(value)
+        assert curves["pass_power"][int(k) - 1] == pytest.approx(summary["pass_power_k"][k])
+
+
+def _run_with(tmp_path: Path, name: str, rewards: dict[int, list[float]]):
+    folder = write_run(
+        tmp_path / name,
+        tasks=max(rewards) + 1,
+        repeats=2,
+        outcomes={(t, r): "scored" for t in rewards for r in range(2)},
+    )
+    lines = []
+    for line in (folder / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        record["reward"] = rewards[record["task_index"]][record["rollout_index"]]
+        lines.append(json.dumps(record))
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return load_run(folder)
+
+
+def test_runs_compared_give_a_paired_interval_and_the_flipped_tasks(tmp_path: Path) -> None:
+    a = _run_with(tmp_path, "a", {0: [0, 0], 1: [1, 1], 2: [0, 1], 3: [1, 0]})
+    b = _run_with(tmp_path, "b", {0: [1, 1], 1: [1, 1], 2: [1, 1], 3: [0, 0]})
+    result = compare(a, b)
+    diffs = [1.0, 0.0, 0.5, -0.5]
+    assert result["reward_diff"]["mean"] == pytest.approx(0.25)
+    half = t_quantile_975(3) * __import__("statistics").stdev(diffs) / 2
+    assert result["reward_diff"]["low"] == pytest.approx(0.25 - half)
+    assert [(t["task"], t["flip"]) for t in result["tasks"]] == [
+        ("0", "fixed"),
+        ("1", None),
+        ("2", None),
+        ("3", "broken"),
+    ]
+    assert (result["fixed"], result["broken"]) == (1, 1)
+
+
+def test_runs_over_different_tasks_say_what_each_ran(tmp_path: Path) -> None:
+    a = load_run(write_run(tmp_path / "a", tasks=2, repeats=1, env="env_a"))
+    b = load_run(write_run(tmp_path / "b", tasks=2, repeats=1, env="env_b"))
+    with pytest.raises(ReportError, match=r"ran different tasks.*2 tasks of env_a \(0, 1\) vs 2 tasks of env_b"):
+        compare(a, b)
+    report = write_report([a.path, b.path], tmp_path / "r.html")
+    assert any("ran different tasks" in note for note in report.notes)
+    assert "error" in _data(report.path.read_text())["compare"][0]
+
+
+def test_partly_overlapping_runs_are_compared_on_the_common_tasks(tmp_path: Path) -> None:
+    a = load_run(write_run(tmp_path / "a", tasks=5, repeats=1))
+    b = load_run(write_run(tmp_path / "b", tasks=3, repeats=1))
+    result = compare(a, b)
+    assert len(result["tasks"]) == 3
+    assert "2 tasks only in" in result["notes"][0]
+
+
+# -- the HTML ------------------------------------------------------------------------------------------
+
+
+def test_the_report_is_one_file_holding_every_rollout_and_no_network(tmp_path: Path, capsys) -> None:
+    a = write_run(tmp_path / "a", tasks=6, repeats=3, seed=1)
+    b = write_run(tmp_path / "b", tasks=6, repeats=3, seed=2, quality=0.9, save_trace=False)
+    assert main(["report", str(a), str(b), "-o", str(tmp_path / "out" / "r.html")]) == 0
+    assert capsys.readouterr().out.strip() == (tmp_path / "out" / "r.html").resolve().as_uri()
+    html = (tmp_path / "out" / "r.html").read_text()
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", html), "everything must be inline"
+    data, details = _data(html), _details(html)
+    assert len(data["rows"]) == len(details["D"]) == 36
+    assert set(data["overview"]["synthetic_env"]["figs"]) >= {"reward", "pass", "metrics", "latency", "call_latency"}
+    assert details["D"][0]["c"], "a run saved with --save-trace shows each policy call"
+    assert not details["D"][18]["c"] and details["D"][18]["m"], "one saved without it shows its messages"
+    assert data["compare"][0]["paired_tasks"] == 6
+
+
+def test_one_run_gets_its_report_in_its_folder(tmp_path: Path) -> None:
+    folder = write_run(tmp_path / "run", tasks=2, repeats=1)
+    assert main(["report", str(folder)]) == 0
+    assert (folder / "report.html").stat().st_size > 100_000  # plotly.js is inside
+
+
+def test_an_unwritable_output_is_one_clear_error(tmp_path: Path, capsys) -> None:
+    folder = write_run(tmp_path / "run", tasks=1, repeats=1)
+    (tmp_path / "file").write_text("")
+    assert main(["report", str(folder), "-o", str(tmp_path / "file" / "r.html")]) == 1
+    assert "cannot write the report" in capsys.readouterr().err
