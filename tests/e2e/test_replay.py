@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from verifiers_nemo import (
     get_environment,
     list_environments,
 )
+from verifiers_nemo._gym import gym_root
 from verifiers_nemo._replay import replay_tasks, unreproducible_reason
 
 pytestmark = pytest.mark.e2e
@@ -60,18 +62,23 @@ WITH_PACKAGES = [
 ones included: the replay answers their policy and judge calls."""
 
 
-async def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
-    """Replay ``envs`` on one stack; each judge name (unique in the batch) gets its env's replayed judge."""
+async def _replay_batch(
+    envs: list[str], gym_python: str | None = None
+) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
+    """Replay ``envs`` on one stack; each judge name (unique in the batch) gets its env's replayed judge.
+    ``gym_python``: the Gym runtime (default: the suite's, nemo-gym 0.4)."""
+    root = gym_root(gym_python) if gym_python else None
     tasks, replays, judges = [], {}, {}
     for env in envs:
-        env_tasks = replay_tasks(NeMoGymTaskset(env, recorded=True))
+        env_tasks = replay_tasks(NeMoGymTaskset(env, recorded=True, root=root))
         replays[env] = ReplayServer.from_tasks(env_tasks).start()
-        judges |= {name: replays[env].judge_endpoint(name) for name in get_environment(env).judge_models}
+        judges |= {name: replays[env].judge_endpoint(name) for name in get_environment(env, root).judge_models}
         tasks += env_tasks
     recorded = {(t.env, t.task_index): float(t.recorded_reward) for t in tasks}
     harness = NeMoGymHarness(
         f"replay-{envs[0]}",
-        config_paths=[get_environment(e).default_config.path for e in envs],
+        config_paths=[get_environment(e, root).default_config.path for e in envs],
+        gym_python=gym_python,
         timeout=120,
         start_timeout=600,  # a first start installs extra packages
         judge=judges or None,
@@ -85,7 +92,9 @@ async def _replay_batch(envs: list[str]) -> dict[tuple[str, int], tuple[RolloutR
     return {(r.env, r.task_index): (r, recorded[(r.env, r.task_index)]) for r in results}
 
 
-def _replay_all(batches: list[list[str]]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
+def _replay_all(
+    batches: list[list[str]], gym_python: str | None = None
+) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
     """Every batch, ``STACKS_AT_ONCE`` stacks at a time (one stack's start waits on Gym's readiness polls
     while the other's servers import)."""
 
@@ -94,7 +103,7 @@ def _replay_all(batches: list[list[str]]) -> dict[tuple[str, int], tuple[Rollout
 
         async def one(batch: list[str]) -> dict[tuple[str, int], tuple[RolloutResult, float]]:
             async with gate:
-                return await _replay_batch(batch)
+                return await _replay_batch(batch, gym_python)
 
         results: dict[tuple[str, int], tuple[RolloutResult, float]] = {}
         for part in await asyncio.gather(*(one(batch) for batch in batches)):
@@ -104,11 +113,11 @@ def _replay_all(batches: list[list[str]]) -> dict[tuple[str, int], tuple[Rollout
     return asyncio.run(run())
 
 
-def _batches(envs: list[str]) -> list[list[str]]:
+def _batches(envs: list[str], root: Path | None = None) -> list[list[str]]:
     """Batches of at most BATCH environments in which no two share a judge name (each is one judge port)."""
     batches: list[tuple[list[str], set[str]]] = []
     for env in envs:
-        names = set(get_environment(env).judge_models)
+        names = set(get_environment(env, root).judge_models)
         batch = next((b for b in batches if not b[1] & names and len(b[0]) < BATCH), None)
         if batch is None:
             batches.append(([env], names))
@@ -166,12 +175,12 @@ def test_replay_with_the_judge_replayed_reproduces_every_recorded_reward(env: st
     _check_rows(env, replayed)
 
 
-def _check_rows(env: str, replayed: dict) -> None:
+def _check_rows(env: str, replayed: dict, gym_version: str | None = None) -> None:
     rows = sorted((index, pair) for (name, index), pair in replayed.items() if name == env)
     assert rows, f"no recorded rollouts replayed for {env}"
     checked = 0
     for index, (result, recorded) in rows:
-        if unreproducible_reason(env, index):
+        if unreproducible_reason(env, index, gym_version):
             continue
         assert result.error is None, f"{env} row {index}: {result.error.type}: {result.error.message}"
         assert math.isclose(result.reward, recorded), f"{env} row {index}: {result.reward} != {recorded}"

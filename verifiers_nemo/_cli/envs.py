@@ -15,10 +15,13 @@ from .console import EXIT_FAILED, EXIT_OK, PROG, fail
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from .._gym import list_environments
+    from .._gym import gym_root, list_environments
+    from .._gym.releases import installed_version
 
     try:
-        environments = list_environments()
+        root = gym_root()
+        environments = list_environments(root)
+        version = installed_version(root)
         total = len(environments)
         runnable_count = sum(e.runs_offline_with_nemo_gym_only for e in environments)
         if args.filter:
@@ -30,7 +33,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
         states = _requirement_states(environments)
     except VerifiersNemoError as exc:
         return fail(str(exc), EXIT_FAILED)
-    rows = [_env_row(e, states) for e in environments]
+    rows = [_env_row(e, states, version) for e in environments]
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -51,7 +54,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
         print("  ".join(_clip(cell, w).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     ready = sum(row["ready"] for row in rows)
     print(
-        f"\n{len(rows)} shown of {total} environments, {ready} of them ready here ({PROG} envs --json for all "
+        f"\nnemo-gym {version or '(version unknown)'} · "
+        f"{len(rows)} shown of {total} environments, {ready} of them ready here ({PROG} envs --json for all "
         f"details); {runnable_count} need nothing beyond nemo-gym (--runnable).\n"
         "* not shipped: nemo-gym downloads it. NEEDS: judge = scores with a model server; "
         "external = a service, credential or download.\n"
@@ -86,7 +90,7 @@ def _server_dirs(env: Any) -> list[Path]:
     return list(dict.fromkeys(env.root / s.kind / s.type for s in config.servers if s.kind != RESPONSES_API_MODELS))
 
 
-def _env_row(env: Any, states: dict[Path, str]) -> dict[str, Any]:
+def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) -> dict[str, Any]:
     from .._gym import POLICY_MODEL
     from .._gym.config import load_yaml
     from .._gym.env_vars import config_variables
@@ -99,6 +103,8 @@ def _env_row(env: Any, states: dict[Path, str]) -> dict[str, Any]:
     requirements_state = next((s for s in (TO_INSTALL, CACHED, INSTALLED) if s in server_states), None)
     variables = config_variables(load_yaml(env.default_config.path)) if env.default_config else ()
     blockers = []
+    if env.broken:
+        blockers.append("cannot start (see --json)")
     if agent is None:
         blockers.append("no agent")
     judges = [j for j in env.judge_models if j != POLICY_MODEL]
@@ -131,10 +137,12 @@ def _env_row(env: Any, states: dict[Path, str]) -> dict[str, Any]:
         "variable_names": [f"{v.name}!" if v.required and not v.is_set else v.name for v in variables],
         "ready": ready,
         "not_ready_because": blockers,
+        "cannot_start": env.broken,
         "ready_cell": ready_cell,
         "recorded": env.has_example_rollouts,
-        "replay_not_reproducible": unreproducible_reason(env.name),
+        "replay_not_reproducible": unreproducible_reason(env.name, gym_version=gym_version),
         "runnable": env.runs_offline_with_nemo_gym_only,
+        "nemo_gym": gym_version,
         "judge_models": list(env.judge_models),
         "external_reasons": list(env.external_reasons),
     }

@@ -42,6 +42,7 @@ from .config import (
     requirements_beyond_nemo_gym,
     server_entries,
 )
+from .releases import installed_version, packaging_problem
 from .runtime import gym_root
 
 logger = logging.getLogger(__name__)
@@ -183,6 +184,8 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
     """``data/example_rollouts.jsonl`` exists and its first row is a recording (response and reward)."""
     problems: tuple[str, ...] = ()
     """What the catalogue found odd while reading this environment (never fatal)."""
+    broken: str | None = None
+    """Why it cannot run as this nemo-gym release packages it (measured), if it cannot."""
 
     @property
     def agents(self) -> tuple[GymAgent, ...]:
@@ -260,6 +263,7 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
         """Runnable with nothing but nemo-gym: an agent, no extra packages, no judge, no external need."""
         return (
             self.default_agent is not None
+            and self.broken is None
             and not self.requirements
             and not self.needs_judge
             and not self.needs_external
@@ -448,6 +452,7 @@ def _load_environment(root: Path, directory: Path) -> GymEnvironment:
         server_requirements=server_requirements,
         has_example_rollouts=has_rollouts,
         problems=tuple(problems),
+        broken=packaging_problem(installed_version(root), name),
     )
 
 

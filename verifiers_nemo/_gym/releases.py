@@ -117,3 +117,36 @@ def _version_of(python: Path) -> tuple[int, int, int] | None:
         return None
     match = _VERSION.search(out.stdout + out.stderr)
     return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def series_of(version: str | None) -> str | None:
+    """``"0.7"`` of ``"0.7.0"`` (None stays None)."""
+    return ".".join(version.split(".")[:2]) if version else None
+
+
+def installed_version(root: Path) -> str | None:
+    """The nemo-gym version installed at a Gym root (its ``nemo_gym-X.dist-info``), read from the files."""
+    for info in sorted(root.glob("nemo_gym-*.dist-info")):
+        return info.name.removeprefix("nemo_gym-").removesuffix(".dist-info")
+    return None
+
+
+PACKAGING_PROBLEMS: dict[str, dict[str, str]] = {
+    # Measured by starting every environment the catalogue called ready, on each release's runtime.
+    "0.7": {
+        "spartqa": (
+            "its packaged config fails nemo-gym 0.7.0's own validation (its dataset's license value), so the "
+            "stack exits at start"
+        ),
+        "wordle": (
+            "its data/guesses.txt is not shipped (generate_data.py downloads the word lists), so every rollout "
+            "fails in the Gym agent"
+        ),
+    },
+}
+"""Environments a release ships that cannot run as packaged, and why (by release series)."""
+
+
+def packaging_problem(version: str | None, env: str) -> str | None:
+    """Why ``env`` as packaged with nemo-gym ``version`` cannot run, if it is known not to."""
+    return PACKAGING_PROBLEMS.get(series_of(version) or "", {}).get(env)

@@ -41,6 +41,12 @@ class StackOptions:
         if self.config_paths:
             return self.config_paths
         env = get_environment(env_name, root=self.root())
+        if env.broken:
+            raise ConfigurationError(
+                f"Gym environment {env_name} cannot run as nemo-gym {self.runtime().nemo_gym_version} packages it: "
+                f"{env.broken}. Pick another release of nemo-gym (gym_version=, VERIFIERS_NEMO_GYM_VERSION) or fix "
+                "its files and pass config_paths=."
+            )
         if env.default_config is None:
             raise ConfigurationError(f"Gym environment {env_name} has no config file.")
         return (env.default_config.path,)
