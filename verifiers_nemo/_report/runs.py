@@ -272,16 +272,13 @@ def _rollout_of_record(record: Mapping[str, Any], settings: Mapping[str, Any], s
         status=status,
         reward=reward,
         metrics=_metrics(metrics_raw),
-        input_tokens=usage.get("input_tokens") if isinstance(usage.get("input_tokens"), int) else None,
-        output_tokens=usage.get("output_tokens") if isinstance(usage.get("output_tokens"), int) else None,
+        input_tokens=_count(usage.get("input_tokens")),
+        output_tokens=_count(usage.get("output_tokens")),
         latency_s=_number(timing.get("rollout_s")),
         recorded_reward=_number(record.get("recorded_reward")),
         transcript=transcript,
     )
-    _fill_error(rollout, error, failure_kind, failure_reason)
-    _count_turns(rollout)
-    rollout.call_latencies = [c["lat"] for c in transcript["c"] if isinstance(c.get("lat"), float)]
-    return rollout
+    return _finished(rollout, error, failure_kind, failure_reason)
 
 
 def _fill_error(rollout: Rollout, error: Any, failure_kind: str | None, failure_reason: str | None) -> None:
@@ -408,16 +405,13 @@ def _rollout_of_trace(
         status=_status(error, reward, masked),
         reward=reward,
         metrics=_metrics(trace.get("metrics") or gym.get("metrics")),
-        input_tokens=trace.get("num_input_tokens") if isinstance(trace.get("num_input_tokens"), int) else None,
-        output_tokens=trace.get("num_output_tokens") if isinstance(trace.get("num_output_tokens"), int) else None,
+        input_tokens=_count(trace.get("num_input_tokens")),
+        output_tokens=_count(trace.get("num_output_tokens")),
         latency_s=latency,
         recorded_reward=_number(task_data.get("recorded_reward")),
         transcript=transcript,
     )
-    _fill_error(rollout, error, failure_kind, failure_reason)
-    _count_turns(rollout)
-    rollout.call_latencies = [c["lat"] for c in transcript["c"] if isinstance(c.get("lat"), float)]
-    return rollout
+    return _finished(rollout, error, failure_kind, failure_reason)
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
@@ -429,3 +423,15 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
         notes.append(f"{path.name} could not be read ({exc})")
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _finished(rollout: Rollout, error: Any, failure_kind: Any, failure_reason: Any) -> Rollout:
+    """``rollout`` with its error (or failure), turns and per-call latencies filled in."""
+    _fill_error(rollout, error, failure_kind, failure_reason)
+    _count_turns(rollout)
+    rollout.call_latencies = [c["lat"] for c in rollout.transcript["c"] if isinstance(c.get("lat"), float)]
+    return rollout
