@@ -8,6 +8,8 @@ The public API is what this module exports; every other module is private.
 * ``Endpoint`` - the OpenAI-compatible inference server (Responses or Chat Completions) of a rollout.
 * ``RolloutResult`` / ``PolicyCall`` / ``check_contiguity`` - what a rollout returns: reward, metrics,
   completion, the per-call trace with token IDs and logprobs, usage, timing, a typed error.
+* ``training_samples`` / ``TrainingSamples`` - a trace as the token sequences a trainer trains on (loss mask,
+  logprobs), one when the rollout is contiguous (``Endpoint(exact_tokens=True)`` makes it so).
 * ``load_environment`` / ``NeMoGymEnv`` - the environment factory (``environments/nemo_gym_env``).
 * ``list_environments`` / ``get_environment`` / ``GymEnvironment`` - the catalogue of packaged environments.
 * Seams: ``RoutingProxy`` / ``ProxyConfig`` (``NeMoGymHarness(proxy=...)``), ``Upstream`` and
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from ._harness import NeMoGymHarness
     from ._replay import ReplayServer
     from ._result import RolloutResult
-    from ._routing import PolicyCall, ProxyConfig, RoutingProxy, check_contiguity
+    from ._routing import PolicyCall, ProxyConfig, RoutingProxy, TrainingSamples, check_contiguity, training_samples
     from ._scale import NeMoGymPool
     from ._tasks import NeMoGymTaskset, Task
     from ._upstreams import FunctionUpstream, Upstream
@@ -74,6 +76,8 @@ _LAZY = {
     "Task": "._tasks",
     "Upstream": "._upstreams",
     "check_contiguity": "._routing",
+    "training_samples": "._routing",
+    "TrainingSamples": "._routing",
     "get_environment": "._gym",
     "list_environments": "._gym",
     "load_environment": "._factory",
@@ -125,6 +129,8 @@ __all__ = [
     "VerifiersNemoError",
     "WorkerLost",
     "check_contiguity",
+    "training_samples",
+    "TrainingSamples",
     "get_environment",
     "list_environments",
     "load_environment",

@@ -245,6 +245,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="more sampling args as a JSON object, e.g. '{\"top_p\": 0.95}' (-t/-T win over the same keys)",
     )
     sampling.add_argument(
+        "--exact-tokens",
+        dest="exact_tokens",
+        action="store_true",
+        default=None,
+        help="training-exact tokens from a stock vLLM started with --enable-scale-out: every turn is generated "
+        "from the exact token IDs already sampled plus what is new (render / generate / derender); each policy "
+        "call records them (--save-trace)",
+    )
+    sampling.add_argument(
         "--return-tokens",
         dest="return_tokens",
         action="store_true",

@@ -39,6 +39,7 @@ def _explicit(args: argparse.Namespace) -> dict[str, Any]:
         "ray",
         "workers",
         "cpus_per_stack",
+        "exact_tokens",
     )
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
@@ -150,6 +151,7 @@ def resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSetti
         "sampling_args": "-S/-t/-T",
         "env_args": "-a",
         "save_trace": "--save-trace",
+        "exact_tokens": "--exact-tokens",
     }
     for name in RUN_DEFINING:
         if name in given and given[name] != getattr(saved, name):

@@ -233,7 +233,9 @@ class Evaluation:
             return None if self.pool is not None else self._replay_server(pending).endpoint_for
         assert s.base_url is not None
         replicas = [
-            Endpoint(base_url=url, model=s.model, api_key=self._api_key or "EMPTY", api=s.api)
+            Endpoint(
+                base_url=url, model=s.model, api_key=self._api_key or "EMPTY", api=s.api, exact_tokens=s.exact_tokens
+            )
             for url in s.base_url.split(",")
         ]
         return replicas[0] if len(replicas) == 1 else replicas  # replicas: the least-loaded one first

@@ -54,6 +54,8 @@ class EvalSettings:
     """Ray actors (each one Gym stack); None: by ``cpus_per_stack`` when given, else one per live node."""
     cpus_per_stack: float | None = None
     """CPUs each Ray actor reserves (None: 1)."""
+    exact_tokens: bool = False
+    """Training-exact tokens (``Endpoint.exact_tokens``): vLLM's render / generate / derender routes."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,6 +94,7 @@ RUN_DEFINING = (
     "sampling_args",
     "env_args",
     "save_trace",
+    "exact_tokens",
 )
 
 

@@ -7,6 +7,7 @@ from .proxy import STATUS_UPSTREAM_FAILED, RoutingProxy, get_proxy
 from .route import Route
 from .route_key import ROUTE_METADATA_KEY, row_with_route, strip_route
 from .trace import ContiguityCheck, PolicyCall, check_contiguity
+from .training_sample import TrainingSample, TrainingSamples, training_samples
 
 __all__ = [
     "ROUTE_METADATA_KEY",
@@ -20,4 +21,7 @@ __all__ = [
     "get_proxy",
     "row_with_route",
     "strip_route",
+    "training_samples",
+    "TrainingSample",
+    "TrainingSamples",
 ]

@@ -33,6 +33,7 @@ from .._protocol import dumps, loads, responses_usage
 from .._serving import LoopThreadServer
 from .._signals import at_exit
 from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, Upstream, UpstreamReply
+from .._upstreams.exact_tokens import ExactTokensUpstream
 from .config import ProxyConfig
 from .ports import RoutePorts
 from .route import Route
@@ -41,6 +42,9 @@ from .trace import PolicyCall
 
 logger = logging.getLogger(__name__)
 
+EXACT_TOKENS = "exact_tokens"
+"""The key of the exact-token upstream among a proxy's upstreams (one per proxy: it remembers each rollout's
+latest turn by the output items it handed out)."""
 STATUS_UPSTREAM_FAILED = 424
 """Status for a call whose upstream failed for good (not in nemo-gym's retry list)."""
 
@@ -93,6 +97,7 @@ class RoutingProxy(LoopThreadServer):
         self._upstreams: dict[str, Upstream] = {
             "responses": ResponsesUpstream(self.retry, context_overflow_as_incomplete=overflow),
             "chat": ChatCompletionsUpstream(self.retry, context_overflow_as_incomplete=overflow),
+            EXACT_TOKENS: ExactTokensUpstream(self.retry, context_overflow_as_incomplete=overflow),
             **(upstreams or {}),
         }
         self._lock = threading.Lock()
@@ -150,8 +155,8 @@ class RoutingProxy(LoopThreadServer):
     # -- routes ------------------------------------------------------------------------------
 
     def upstream_for(self, endpoint: Endpoint) -> Upstream:
-        """The proxy's upstream for ``endpoint.api``."""
-        chosen = self._upstreams.get(endpoint.api)
+        """The proxy's upstream for ``endpoint.api`` (exact-token mode, whichever api, when asked for)."""
+        chosen = self._upstreams.get(EXACT_TOKENS if endpoint.exact_tokens else endpoint.api)
         if chosen is None:
             raise ConfigurationError(f"No upstream for endpoint api {endpoint.api!r}.")
         return chosen

