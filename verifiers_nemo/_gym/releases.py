@@ -142,6 +142,10 @@ PACKAGING_PROBLEMS: dict[str, dict[str, str]] = {
             "its data/guesses.txt is not shipped (generate_data.py downloads the word lists), so every rollout "
             "fails in the Gym agent"
         ),
+        "indian_banking": (
+            "its data/db.json and kb.json are not shipped (they live in a Hugging Face dataset repo), so every "
+            "rollout fails in the Gym agent"
+        ),
     },
 }
 """Environments a release ships that cannot run as packaged, and why (by release series)."""

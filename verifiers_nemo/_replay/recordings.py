@@ -110,8 +110,18 @@ RELEASE_DIFFERENCES: dict[str, dict[str, str | None]] = {
         "equivalence_rule#2": None,
         "lc_niah": (
             "its recordings were scored with the overlap_lcs metric; nemo-gym 0.7.0's config scores with NGRAM16, "
-            "so the replayed rewards differ"
+            "so the replayed rewards differ (with ++lc_niah.resources_servers.lc_niah.overlap_metric_rule=lcs "
+            "they reproduce)"
         ),
+        "openair_congestion": (
+            "its recordings come from a scripted policy: response.output holds one noop call while the episode's "
+            "actions are in a trajectory field, so the replay runs out after the first step (409)"
+        ),
+        "aegis_v4_safety": (
+            "its recordings keep the judge's I/O under judge_evaluation, which matches no replayed judge request: "
+            "Gym masks every row (judge_failed)"
+        ),
+        "longmemeval": "replayed with its judge, every row scores 0.0 against its recorded reward (not investigated)",
     },
 }
 """Per nemo-gym release series, how its replay differs from the tables above (measured on 0.4.0)."""
