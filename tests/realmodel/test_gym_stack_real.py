@@ -13,7 +13,7 @@ from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset, RolloutResu
 
 from .server import RealModelServer
 
-ENVS = ("example_single_tool_call", "example_multi_step")
+ENVS = ("example_single_tool_call", "example_session_state_mgmt")  # short tool calls: a turn fits in max_tokens
 SAMPLING = {"tool_choice": "required", "max_tokens": 60, "temperature": 0.0}
 MAX_STEPS = 3  # the model calls a tool every turn under `required`: Gym's own step bound ends the rollout
 

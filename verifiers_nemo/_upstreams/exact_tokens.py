@@ -46,7 +46,8 @@ from .._protocol.gym_schema import TRAINING_FIELDS
 from .._protocol.responses import incomplete_response
 from .._protocol.token_data import TokenData, pop_return_tokens
 from .base import RetryPolicy, UpstreamReply
-from .http import post_json
+from .chat import ChatCompletionsUpstream
+from .http import headers_for, post_json, snippet
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ _TEMPLATE_FIELDS = (
     "add_special_tokens",
 )
 _OVERFLOW_HINTS = ("context length", "context_length", "context window", "maximum context", "maximum model length")
-_SNIPPET_CHARS = 300
 
 
 class ExactTokensUnsupported(UpstreamHTTPError):
@@ -104,23 +104,6 @@ def _server_root(base_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def _headers(endpoint: Endpoint) -> dict[str, str]:
-    headers = {"Content-Type": "application/json"}
-    if endpoint.api_key:
-        headers["Authorization"] = f"Bearer {endpoint.api_key}"
-    headers.update(endpoint.extra_headers)
-    return headers
-
-
-def _snippet(raw: bytes, secret: str) -> str:
-    text = raw[:_SNIPPET_CHARS].decode("utf-8", errors="replace")
-    if len(raw) > _SNIPPET_CHARS:
-        text += "…"
-    if secret and len(secret) >= 4:
-        text = text.replace(secret, "***")
-    return text
-
-
 class _Overflow(Exception):
     """The prompt does not fit the model's context (a 400 saying so)."""
 
@@ -148,7 +131,7 @@ def _item_keys(items: Sequence[Any]) -> list[str]:
     return keys
 
 
-class ExactTokensUpstream:
+class ExactTokensUpstream(ChatCompletionsUpstream):
     """Generates every turn from exact token IDs through vLLM's render / generate / derender routes.
 
     ``max_turns`` bounds how many rollouts' latest turns are remembered (least recently used first out); a
@@ -157,19 +140,10 @@ class ExactTokensUpstream:
     the context becomes an empty incomplete answer when ``context_overflow_as_incomplete`` is set.
     """
 
-    def __init__(
-        self,
-        retry: RetryPolicy | None = None,
-        *,
-        max_tokens_field: str = "max_tokens",
-        reasoning_fields: tuple[str, ...] = ("reasoning_content", "reasoning"),
-        context_overflow_as_incomplete: bool = True,
-        max_turns: int = 8192,
-    ) -> None:
-        self.retry = retry or RetryPolicy()
-        self.max_tokens_field = max_tokens_field
-        self.reasoning_fields = reasoning_fields
-        self.context_overflow_as_incomplete = context_overflow_as_incomplete
+    def __init__(self, retry: RetryPolicy | None = None, *, max_turns: int = 8192, **conversion: Any) -> None:
+        """``conversion``: the chat upstream's options (``max_tokens_field``, ``reasoning_fields``,
+        ``context_overflow_as_incomplete``), whose request and reply conversion this upstream shares."""
+        super().__init__(retry, **conversion)
         self.max_turns = max_turns
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
 
@@ -215,7 +189,7 @@ class ExactTokensUpstream:
         loop = asyncio.get_running_loop()
         retry = dataclasses.replace(self.retry, timeout=max(0.001, deadline - loop.time()))
         result = await post_json(
-            session, url, dumps(payload), _headers(endpoint), retry, secret=endpoint.api_key, request=sent
+            session, url, dumps(payload), headers_for(endpoint), retry, secret=endpoint.api_key, request=sent
         )
         attempts.append(result.attempts)
         facts = {"upstream_status": result.status, "attempts": sum(attempts), "request": sent}
@@ -231,7 +205,7 @@ class ExactTokensUpstream:
             if result.status == 400 and any(hint in text for hint in _OVERFLOW_HINTS):
                 raise _Overflow()
             raise UpstreamHTTPError(
-                f"{url} refused the request: HTTP {result.status}: {_snippet(result.body, endpoint.api_key)}",
+                f"{url} refused the request: HTTP {result.status}: {snippet(result.body, endpoint.api_key)}",
                 **facts,
             )
         try:
@@ -239,7 +213,7 @@ class ExactTokensUpstream:
         except ValueError:
             raise UpstreamProtocolError(
                 f"{url} answered HTTP {result.status} with a body that is not JSON: "
-                f"{_snippet(result.body, endpoint.api_key)}",
+                f"{snippet(result.body, endpoint.api_key)}",
                 **facts,
             ) from None
         if not isinstance(data, dict):

@@ -47,7 +47,8 @@ def _redact(text: str, secret: str) -> str:
     return text
 
 
-def _snippet(raw: bytes, secret: str) -> str:
+def snippet(raw: bytes, secret: str) -> str:
+    """The start of a reply body for an error message, the secret scrubbed."""
     text = raw[:_SNIPPET_CHARS].decode("utf-8", errors="replace")
     if len(raw) > _SNIPPET_CHARS:
         text += "…"
@@ -64,7 +65,8 @@ def _retry_after(value: str | None) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def _headers(endpoint: Endpoint) -> dict[str, str]:
+def headers_for(endpoint: Endpoint) -> dict[str, str]:
+    """The request headers for ``endpoint``: JSON, its bearer key, its extra headers."""
     headers = {"Content-Type": "application/json"}
     if endpoint.api_key:
         headers["Authorization"] = f"Bearer {endpoint.api_key}"
@@ -105,7 +107,7 @@ async def post_json(
                 if status < 400 or (status not in RETRY_STATUSES and status < 500):
                     return _HttpResult(status, raw, attempt)
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
-                failure, problem = UpstreamHTTPError, f"HTTP {status}: {_snippet(raw, secret)}"
+                failure, problem = UpstreamHTTPError, f"HTTP {status}: {snippet(raw, secret)}"
         except TimeoutError:
             failure = UpstreamTimeout
             if loop.time() >= deadline - 0.01:
@@ -162,7 +164,7 @@ class HttpUpstream:
         url = f"{endpoint.base_url}/{self.path}"
         secret = endpoint.api_key
         payload = dumps(sent)
-        result = await post_json(session, url, payload, _headers(endpoint), self.retry, secret=secret, request=sent)
+        result = await post_json(session, url, payload, headers_for(endpoint), self.retry, secret=secret, request=sent)
         facts = {"upstream_status": result.status, "attempts": result.attempts, "request": sent}
         if result.status >= 400:
             if self.context_overflow_as_incomplete and _is_context_overflow(result):
@@ -175,13 +177,13 @@ class HttpUpstream:
                     request_json=payload,
                 )
             raise UpstreamHTTPError(
-                f"{url} refused the request: HTTP {result.status}: {_snippet(result.body, secret)}", **facts
+                f"{url} refused the request: HTTP {result.status}: {snippet(result.body, secret)}", **facts
             )
         try:
             data = loads(result.body)
         except ValueError:
             raise UpstreamProtocolError(
-                f"{url} answered HTTP {result.status} with a body that is not JSON: {_snippet(result.body, secret)}",
+                f"{url} answered HTTP {result.status} with a body that is not JSON: {snippet(result.body, secret)}",
                 **facts,
             ) from None
         try:
@@ -200,7 +202,7 @@ class HttpUpstream:
         url = f"{endpoint.base_url}/chat/completions"
         payload = dumps(body)
         result = await post_json(
-            session, url, payload, _headers(endpoint), self.retry, secret=endpoint.api_key, request=body
+            session, url, payload, headers_for(endpoint), self.retry, secret=endpoint.api_key, request=body
         )
         try:
             data = loads(result.body)
