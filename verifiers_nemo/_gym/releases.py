@@ -142,6 +142,9 @@ PACKAGING_PROBLEMS: dict[str, dict[str, str]] = {
             "its data/guesses.txt is not shipped (generate_data.py downloads the word lists), so every rollout "
             "fails in the Gym agent"
         ),
+        "deepsearchqa": (
+            "its agent's packaged config lacks fields Gym 0.7.0 requires (agent, image), so the stack exits at start"
+        ),
         "indian_banking": (
             "its data/db.json and kb.json are not shipped (they live in a Hugging Face dataset repo), so every "
             "rollout fails in the Gym agent"
