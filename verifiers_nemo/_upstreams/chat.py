@@ -39,15 +39,19 @@ class ChatCompletionsUpstream(HttpUpstream):
         self.max_tokens_field = max_tokens_field
         self.reasoning_fields = reasoning_fields
 
-    def _request(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
-        return_tokens = pop_return_tokens(body) or endpoint.return_tokens
+    def chat_request(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` (a Responses request) as the Chat Completions request this upstream sends."""
         try:
-            chat = responses_to_chat_request(
+            return responses_to_chat_request(
                 body, max_tokens_field=self.max_tokens_field, reasoning_fields=self.reasoning_fields
             )
         except UpstreamError as exc:
             exc.request = body
             raise
+
+    def _request(self, endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+        return_tokens = pop_return_tokens(body) or endpoint.return_tokens
+        chat = self.chat_request(body)
         if return_tokens:
             ask_for_token_data("chat", chat)
         return chat

@@ -270,13 +270,7 @@ class ExactTokensUpstream(ChatCompletionsUpstream):
         self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
     ) -> UpstreamReply:
         pop_return_tokens(body)  # token data is what this upstream is for
-        try:
-            chat = responses_to_chat_request(
-                body, max_tokens_field=self.max_tokens_field, reasoning_fields=self.reasoning_fields
-            )
-        except UpstreamError as exc:
-            exc.request = body
-            raise
+        chat = self.chat_request(body)
         for name in ("return_token_ids", "stream", "n"):
             chat.pop(name, None)
         chat["logprobs"] = True  # the sampled tokens' logprobs (top_logprobs stays the caller's, default 0)
