@@ -1,0 +1,309 @@
+"""Drive verifiers' env server the way prime-rl does, from the test (or bench) process: the server and the
+orchestrator-side client are separate processes of the verifiers venv (`env_server_driver.py`); this
+module starts them, reads their output and inspects their process trees through /proc."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.test_verifiers_env import VF_PYTHON, _environ
+
+DRIVER = Path(__file__).with_name("env_server_driver.py")
+MARK_VAR = "VFNEMO_ENV_SERVER_MARK"
+
+
+def env_config(nemo_env: str, *, recorded: bool = False, api: str | None = None, **taskset: Any) -> dict[str, Any]:
+    harness: dict[str, Any] = {"id": "nemo-gym-env"}
+    if api is not None:
+        harness["api"] = api
+    return {
+        "taskset": {"id": "nemo-gym-env", "nemo_env": nemo_env, "recorded": recorded, **taskset},
+        "agent": {"harness": harness},
+    }
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s (last value {value!r})")
+        time.sleep(interval)
+
+
+# -- /proc --------------------------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, session) of a process, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1]), int(fields[3])
+
+
+def live_pids() -> dict[int, tuple[int, int]]:
+    """Every live (non-zombie) process: pid -> (ppid, session)."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (stat := _stat(int(name))) is not None and stat[0] != "Z":
+            out[int(name)] = (stat[1], stat[2])
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    table = live_pids()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def in_sessions(sessions: set[int]) -> list[int]:
+    return [pid for pid, (_, session) in live_pids().items() if session in sessions]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def rss_bytes(pids: list[int]) -> int:
+    """Summed resident memory of the processes (shared pages counted in each, as `ps` does)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def connected_to(port: int) -> int:
+    """How many established TCP connections have ``port`` as their local end (requests a server holds)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
+
+
+def listening_ports(pids: list[int]) -> set[int]:
+    from tests.faults.helpers import listening_sockets_of
+
+    return {sock.port for _, _, sock in listening_sockets_of(pids)}
+
+
+# -- the server ---------------------------------------------------------------------------------------
+
+
+class ServedEnv:
+    """`env_server_driver.py serve`: verifiers' `serve_env` as prime-rl's env-server runs it, in its own
+    process session, with its own verifiers-nemo cache folder and a marker in its environment (so every
+    process it leaves, Gym's and Ray's included, can be found)."""
+
+    def __init__(self, tmp: Path, config: dict[str, Any], *, pool: str, workers: int | None, multiplex: int = 128):
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.tmp = tmp
+        self.config = config
+        self.log_dir = tmp / "logs"
+        self.log_dir.mkdir(exist_ok=True)
+        self.cache = tmp / "cache"
+        self.marker = f"{MARK_VAR}={uuid.uuid4().hex}"
+        address_file = tmp / "address"
+        argv = [str(VF_PYTHON), str(DRIVER), "serve", json.dumps(config), "--address-file", str(address_file)]
+        argv += ["--log-dir", str(self.log_dir), "--pool", pool, "--multiplex", str(multiplex)]
+        if workers is not None:
+            argv += ["--workers", str(workers)]
+        environ = _environ({"VERIFIERS_NEMO_CACHE_DIR": str(self.cache), MARK_VAR: self.marker.split("=", 1)[1]})
+        self.output = (tmp / "serve.out").open("wb")
+        self.proc = subprocess.Popen(  # stdin: held open while we live (the server stops at its EOF)
+            argv,
+            env=environ,
+            stdin=subprocess.PIPE,
+            stdout=self.output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.started_at = time.monotonic()
+        wait_for(lambda: address_file.exists() or self.proc.poll() is not None, 300, "the env server's address")
+        assert self.proc.poll() is None, self.tail()
+        self.address = address_file.read_text()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def tail(self, chars: int = 3000) -> str:
+        logs = "".join(path.read_text(errors="replace") for path in sorted(self.log_dir.glob("*.log")))
+        return ((self.tmp / "serve.out").read_text(errors="replace") + logs)[-chars:]
+
+    def workers(self) -> list[int]:
+        """The pool's worker processes (spawned `EnvServer`s), oldest first; [] for a lone server."""
+        table = live_pids()
+        return sorted(p for p, (parent, _) in table.items() if parent == self.pid and "spawn_main" in cmdline(p))
+
+    def log(self, pid: int) -> str:
+        path = self.log_dir / f"{pid}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def trace_ids(self, pid: int) -> set[str]:
+        """Trace ids of the rollouts the process finished (verifiers' `rollout done` lines)."""
+        return set(re.findall(r"rollout done: id=(\w+)", self.log(pid)))
+
+    def stack_sessions(self, worker: int) -> set[int]:
+        """The process sessions a worker's Gym stack and Ray head lead (each runs under a supervisor that
+        leads its own session)."""
+        own = (_stat(worker) or ("", 0, 0))[2]
+        table = live_pids()
+        return {table[p][1] for p in descendants(worker) if p in table and table[p][1] != own}
+
+    def footprint(self, worker: int) -> dict[str, set]:
+        """What a worker's Gym stack holds that must not collide with another worker's."""
+        tree = descendants(worker)
+        commands = [cmdline(p) for p in tree]
+        cache = str(self.cache)
+        return {
+            "ports": listening_ports(tree),
+            "ray_dirs": {m for c in commands for m in re.findall(r"vnr-ray-\d+-\w+", c)},
+            "run_dirs": {d for d in map(cwd, tree) if d.startswith(f"{cache}/runs/")},
+            "log_dirs": {m for c in commands for m in re.findall(re.escape(cache) + r"/logs/[^/\s]+", c)},
+        }
+
+    def agent_pid(self, worker: int) -> int | None:
+        """The Gym agent server of a worker's stack (`app.py` run from a `responses_api_agents/` folder)."""
+        for pid in descendants(worker):
+            if "/responses_api_agents/" in cwd(pid) and cmdline(pid).endswith("app.py"):
+                return pid
+        return None
+
+    def left_behind(self) -> list[str]:
+        """Processes still alive that were started with this server's marker in their environment."""
+        from tests.faults.helpers import pids_with_env
+
+        return [f"{pid} {cmdline(pid)[:120]}" for pid in pids_with_env(self.marker)]
+
+    def stop(self, timeout: float = 120) -> float:
+        """SIGTERM the server (prime-rl's launcher stops it so); the seconds it took to exit."""
+        started = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                raise AssertionError(f"the env server did not exit within {timeout:g}s of SIGTERM") from None
+        self.output.close()
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        """Last resort (a failed test's teardown): the whole session of the server."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.output.close()
+
+
+# -- the orchestrator side ------------------------------------------------------------------------------
+
+
+class EpisodeClient:
+    """`env_server_driver.py client`: loads the taskset itself and sends batches of episodes."""
+
+    def __init__(self, tmp: Path, address: str, config: dict[str, Any], base_url: str, name: str = "client"):
+        argv = [str(VF_PYTHON), str(DRIVER), "client", address, json.dumps(config), "--base-url", base_url]
+        self.stderr = (tmp / f"{name}.err").open("wb")
+        self.proc = subprocess.Popen(
+            argv,
+            env=_environ(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            start_new_session=True,
+        )
+        self.err_path = tmp / f"{name}.err"
+        self.lines: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.ready = wait_for(self._ready, 600, "the client's taskset")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                with self._lock:
+                    self.lines.append(json.loads(line))
+
+    def _ready(self) -> dict[str, Any] | None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the client exited: {self.err_path.read_text(errors='replace')[-3000:]}")
+        return next((line for line in list(self.lines) if line["event"] == "ready"), None)
+
+    def send(self, batch: str, count: int, timeout: float | None = None) -> float:
+        """Start ``count`` episodes at once; the monotonic time they were all handed to the client."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"batch": batch, "count": count, "timeout": timeout}) + "\n")
+        self.proc.stdin.flush()
+        wait_for(lambda: any(x["event"] == "sent" and x["batch"] == batch for x in list(self.lines)), 60, "sent")
+        return time.monotonic()
+
+    def episodes(self, batch: str) -> list[dict[str, Any]]:
+        return [x for x in list(self.lines) if x["event"] == "episode" and x["batch"] == batch]
+
+    def wait_episodes(self, batch: str, count: int, timeout: float) -> list[dict[str, Any]]:
+        def enough() -> list[dict[str, Any]] | None:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the client exited: {self.err_path.read_text(errors='replace')[-3000:]}")
+            done = self.episodes(batch)
+            return done if len(done) >= count else None
+
+        return wait_for(enough, timeout, f"{count} episodes of {batch!r}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.stderr.close()
