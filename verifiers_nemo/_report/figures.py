@@ -45,27 +45,17 @@ def reward_distribution(groups: Sequence[tuple[str, Sequence[Rollout]]]) -> dict
     }
     distinct = {v for vs in values.values() for v in vs}
     traces: list[Any] = []
-    if len(distinct) <= 12:
-        ordered = sorted(distinct)
-        for label, vs in values.items():
+    few = len(distinct) <= 12  # few distinct values: a bar each; else a histogram
+    ordered = sorted(distinct)
+    for label, vs in values.items():
+        if few:
             counts = Counter(vs)
             traces.append(go.Bar(x=[f"{v:g}" for v in ordered], y=[counts[v] for v in ordered], name=label))
-        return _figure(
-            traces,
-            "Reward (scored rollouts)",
-            barmode="group",
-            xaxis={"title": "reward", "type": "category"},
-            yaxis={"title": "rollouts"},
-        )
-    for label, vs in values.items():
-        traces.append(go.Histogram(x=_r(vs), name=label, opacity=0.75, nbinsx=30))
-    return _figure(
-        traces,
-        "Reward (scored rollouts)",
-        barmode="overlay",
-        xaxis={"title": "reward"},
-        yaxis={"title": "rollouts"},
-    )
+        else:
+            traces.append(go.Histogram(x=_r(vs), name=label, opacity=0.75, nbinsx=30))
+    xaxis = {"title": "reward", "type": "category"} if few else {"title": "reward"}
+    layout = {"barmode": "group" if few else "overlay", "xaxis": xaxis, "yaxis": {"title": "rollouts"}}
+    return _figure(traces, "Reward (scored rollouts)", **layout)
 
 
 def pass_curves(curves: Sequence[tuple[str, dict[str, list[Any]]]], threshold: float) -> dict[str, Any]:
