@@ -87,18 +87,8 @@ async def hop(env: str, rollouts: int) -> dict[str, list[float]]:
     return latencies
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="example_single_tool_call")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rollouts", type=int, default=60)
-    add_json_flag(parser)
-    args = parser.parse_args()
-    if not Path(RUNTIMES["0.7"]).exists():
-        sys.exit("bench_gym_releases: .venv-gym07 is missing; run `bash .ci/setup-gym07` first")
-
-    times = starts(args.env, args.repeats)
-    print(f"\nwarm stack start to ready (s), {args.env}, runtimes alternating, {args.repeats} each")
+def _print_starts(env: str, repeats: int, times: dict[str, dict[str, list[float]]]) -> None:
+    print(f"\nwarm stack start to ready (s), {env}, runtimes alternating, {repeats} each")
     print(f"{'nemo-gym':<10}{'start':<8}{'median':>8}{'min':>8}{'max':>8}")
     for version, kinds in times.items():
         for kind, values in kinds.items():
@@ -107,6 +97,20 @@ def main() -> None:
         ratio = statistics.median(times["0.7"][kind]) / statistics.median(times["0.4"][kind])
         print(f"{kind}: 0.7 / 0.4 = x{ratio:.2f}")
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="example_single_tool_call")
+    parser.add_argument("--repeats", type=int, default=3, help="stack starts per runtime and kind (0: none)")
+    parser.add_argument("--rollouts", type=int, default=60)
+    add_json_flag(parser)
+    args = parser.parse_args()
+    if not Path(RUNTIMES["0.7"]).exists():
+        sys.exit("bench_gym_releases: .venv-gym07 is missing; run `bash .ci/setup-gym07` first")
+
+    times = starts(args.env, args.repeats) if args.repeats else {}
+    if times:
+        _print_starts(args.env, args.repeats, times)
     latencies = asyncio.run(hop(args.env, args.rollouts))
     print(f"\none rollout at a time on nemo-gym 0.7 ({args.env}, replay policy), ms")
     print(f"{'posted to':<22}{'n':>5}{'p50':>8}{'mean':>8}")
