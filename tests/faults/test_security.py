@@ -32,7 +32,7 @@ from tests.faults.helpers import (
 )
 from tests.unit.fake_upstream import FakeReply, FakeUpstream
 from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
-from verifiers_nemo._routing import proxy as proxy_module
+from verifiers_nemo._routing import route_key as route_key_module
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
 
@@ -107,11 +107,11 @@ async def test_route_keys_carry_at_least_128_bits_from_a_csprng(harness: NeMoGym
     raw = [base64.urlsafe_b64decode(k.removeprefix("vnr-") + "=" * (-len(k) % 4)) for k in keys]
     bits = {8 * len(r) for r in raw}
     ones = sum(bin(int.from_bytes(r)).count("1") for r in raw) / sum(8 * len(r) for r in raw)
-    source = inspect.getsource(proxy_module.RoutingProxy.open_route)
+    source = inspect.getsource(route_key_module.new_route_key)  # what RoutingProxy.open_route keys routes with
     generators = KEY_GENERATOR.findall(source)  # e.g. secrets.token_urlsafe(24): 24 random bytes
     module_imports = {
         alias.name
-        for node in ast.walk(ast.parse(inspect.getsource(proxy_module)))
+        for node in ast.walk(ast.parse(inspect.getsource(route_key_module)))
         if isinstance(node, ast.Import | ast.ImportFrom)
         for alias in node.names
     }
