@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_verifiers_env import VF_PYTHON, _run, _traces, vf_eval
+from tests.e2e.test_verifiers_env import VF_PYTHON, _run, _traces, replay_server, vf_eval
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer
 from verifiers_nemo._replay import replay_tasks
 
@@ -104,27 +104,11 @@ async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_p
     if not VF_PYTHON.exists():
         pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup` builds the verifiers venv")
     env = {"VERIFIERS_NEMO_GYM_PYTHON": gym07}
-    port_file = tmp_path / "replay.url"
-    server = await asyncio.create_subprocess_exec(
-        str(VF_PYTHON.parent / "verifiers-nemo"),
-        "replay-server",
-        "aalcr",
-        "--port-file",
-        str(port_file),
-        env={**os.environ, **env},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        deadline = asyncio.get_running_loop().time() + 120
-        while not port_file.exists():
-            assert server.returncode is None, "replay-server exited"
-            assert asyncio.get_running_loop().time() < deadline, "replay-server printed no URL in time"
-            await asyncio.sleep(0.1)
+    async with replay_server(VF_PYTHON, "aalcr", tmp_path, env) as base_url:
         code, output, episodes = await vf_eval(
             VF_PYTHON,
             tmp_path,
-            port_file.read_text(),
+            base_url,
             "--env.taskset.nemo-env",
             "aalcr",
             "--env.taskset.recorded",
@@ -141,9 +125,6 @@ async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_p
             "1",
             extra_env=env,
         )
-    finally:
-        server.terminate()
-        await asyncio.wait_for(server.wait(), 30)
     traces = _traces(episodes)
     assert code == 0 and len(traces) == 2, output[-3000:]
     for trace in traces:

@@ -8,10 +8,12 @@ server on 127.0.0.1 (the replay server, or a scripted policy speaking both APIs)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,34 @@ async def our_eval(python: Path, tmp_path: Path, base_url: str, api: str, out: P
     return await _run(argv, tmp_path)
 
 
+@contextlib.asynccontextmanager
+async def replay_server(
+    vf_python: Path, nemo_env: str, tmp_path: Path, extra_env: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """`verifiers-nemo replay-server ENV` from the verifiers venv, as a user starts it; yields its base URL."""
+    port_file = tmp_path / f"replay-{nemo_env}.url"
+    server = await asyncio.create_subprocess_exec(
+        str(vf_python.parent / "verifiers-nemo"),
+        "replay-server",
+        nemo_env,
+        "--port-file",
+        str(port_file),
+        env=_environ(extra_env),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        deadline = asyncio.get_running_loop().time() + 120
+        while not port_file.exists():
+            assert server.returncode is None, "replay-server exited"
+            assert asyncio.get_running_loop().time() < deadline, "replay-server printed no URL within 120 s"
+            await asyncio.sleep(0.1)
+        yield port_file.read_text()
+    finally:
+        server.terminate()
+        assert await asyncio.wait_for(server.wait(), 30) == 0
+
+
 def _results(out: Path) -> list[dict]:
     return [json.loads(line) for path in out.rglob("results.jsonl") for line in path.open()]
 
@@ -118,27 +148,11 @@ async def test_vf_eval_replay_on_ray_actors_reproduces_recorded_rewards(vf_pytho
     verifiers venv's own Ray); every recorded reward comes back."""
     nemo_env = "example_multi_step"
     recorded = replay_tasks(NeMoGymTaskset(nemo_env, recorded=True))
-    port_file = tmp_path / "replay.url"
-    server = await asyncio.create_subprocess_exec(
-        str(vf_python.parent / "verifiers-nemo"),
-        "replay-server",
-        nemo_env,
-        "--port-file",
-        str(port_file),
-        env=_environ(),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-        deadline = asyncio.get_running_loop().time() + 60
-        while not port_file.exists():
-            assert server.returncode is None, "replay-server exited"
-            assert asyncio.get_running_loop().time() < deadline, "replay-server printed no URL within 60 s"
-            await asyncio.sleep(0.1)
+    async with replay_server(vf_python, nemo_env, tmp_path) as base_url:
         code, output, episodes = await vf_eval(
             vf_python,
             tmp_path,
-            port_file.read_text(),
+            base_url,
             "--env.taskset.nemo-env",
             nemo_env,
             "--env.taskset.recorded",
@@ -150,9 +164,6 @@ async def test_vf_eval_replay_on_ray_actors_reproduces_recorded_rewards(vf_pytho
             "-c",
             "8",
         )
-    finally:
-        server.terminate()
-        assert await asyncio.wait_for(server.wait(), 30) == 0
     assert code == 0, output[-3000:]
     traces = _traces(episodes)
     assert len(traces) == len(recorded)
