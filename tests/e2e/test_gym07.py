@@ -102,7 +102,7 @@ async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_p
     """The same masked rows through the real verifiers: each trace is marked untrainable (verifiers'
     AgentInfo.trainable, which its dashboard and trainers read), with Gym's failure in its info."""
     if not VF_PYTHON.exists():
-        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup` builds the verifiers venv")
+        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup-tests` builds the verifiers venv")
     env = {"VERIFIERS_NEMO_GYM_PYTHON": gym07}
     async with replay_server(VF_PYTHON, "aalcr", tmp_path, env) as base_url:
         code, output, episodes = await vf_eval(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from aiohttp import web
 
 from tests.e2e.browser import Browser, Page, find_chromium
 from tests.e2e.policies import DualApiPolicy
+from tests.e2e.test_verifiers_env import _run as run_command
 from tests.unit.report_runs import write_run
 
 pytestmark = pytest.mark.e2e
@@ -53,30 +53,14 @@ class SometimesRefusingPolicy(DualApiPolicy):
 
 
 async def _run(argv: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> tuple[int, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
-    env.pop("VIRTUAL_ENV", None)
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), RUN_LIMIT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        pytest.fail(f"{argv[:3]} did not finish within {RUN_LIMIT_S}s")
-    return proc.returncode or 0, out.decode(errors="replace")
+    return await run_command(argv, cwd, extra_env, limit=RUN_LIMIT_S)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Our replay run (with its --report) and a vf-eval run with failures, made at the same time."""
-    assert find_chromium(), "no chromium on PATH: `bash .ci/setup` installs Debian's chromium"
-    assert VF_EVAL.exists(), f"{VF_EVAL} is missing: `bash .ci/setup` builds the verifiers venv"
+    assert find_chromium(), "no chromium on PATH: `bash .ci/setup-tests` installs Debian's chromium"
+    assert VF_EVAL.exists(), f"{VF_EVAL} is missing: `bash .ci/setup-tests` builds the verifiers venv"
     base = tmp_path_factory.mktemp("report-runs")
     async with SometimesRefusingPolicy() as policy:
         ours, theirs = await asyncio.gather(
@@ -255,7 +239,7 @@ async def test_vf_eval_traces_and_our_run_compared_in_one_report(real_runs: dict
 
 def test_inspect_export_is_read_back_by_inspect_ai(real_runs: dict[str, Any], tmp_path: Path) -> None:
     if not INSPECT_PYTHON.exists():
-        pytest.fail(f"{INSPECT_PYTHON} is missing: `bash .ci/setup` builds the venv with verifiers-nemo[inspect]")
+        pytest.fail(f"{INSPECT_PYTHON} is missing: `bash .ci/setup-tests` builds the venv with verifiers-nemo[inspect]")
     log = tmp_path / "logs" / "run.eval"
     exporter = INSPECT_PYTHON.with_name("verifiers-nemo")
     proc = subprocess.run(

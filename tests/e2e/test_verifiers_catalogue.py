@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _load_catalogue(gym_python: Path) -> dict[str, list[list]]:
     if not VF_PYTHON.exists():
-        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup` builds the verifiers venv")
+        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup-tests` builds the verifiers venv")
     if not gym_python.exists():
-        pytest.fail(f"{gym_python} is missing: `bash .ci/setup` (and `.ci/setup-gym07`) build the Gym runtimes")
+        pytest.fail(f"{gym_python} is missing: `bash .ci/setup-tests` builds the Gym runtimes")
     env = {**os.environ, "VERIFIERS_NEMO_GYM_PYTHON": str(gym_python), "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
         [str(VF_PYTHON), str(ROOT / "tests" / "e2e" / "vf_load_catalogue.py")],

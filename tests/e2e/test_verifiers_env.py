@@ -32,7 +32,7 @@ RUN_LIMIT_S = 300  # a cold stack start, vf-eval's 7-10 s import and a busy mach
 @pytest.fixture(scope="module")
 def vf_python() -> Path:
     if not VF_PYTHON.exists():
-        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup` builds the verifiers venv these tests run in")
+        pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup-tests` builds the verifiers venv these tests run in")
     return VF_PYTHON
 
 
@@ -48,7 +48,9 @@ def _environ(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-async def _run(argv: list[str], tmp_path: Path, extra_env: dict[str, str] | None = None) -> tuple[int, str]:
+async def _run(
+    argv: list[str], tmp_path: Path, extra_env: dict[str, str] | None = None, limit: float = RUN_LIMIT_S
+) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=tmp_path,
@@ -58,11 +60,11 @@ async def _run(argv: list[str], tmp_path: Path, extra_env: dict[str, str] | None
         start_new_session=True,
     )
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), RUN_LIMIT_S)
+        out, _ = await asyncio.wait_for(proc.communicate(), limit)
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        pytest.fail(f"{argv[:3]} did not finish within {RUN_LIMIT_S}s")
+        pytest.fail(f"{argv[:3]} did not finish within {limit:g}s")
     return proc.returncode or 0, out.decode(errors="replace")
 
 
@@ -379,7 +381,7 @@ async def test_our_cli_runs_under_the_newest_openai(tmp_path: Path) -> None:
     (the passthrough path shares the same check; vf-eval above runs it with verifiers' openai)."""
     api = "chat"
     if not LATEST_PYTHON.exists():
-        pytest.fail(f"{LATEST_PYTHON} is missing: `bash .ci/setup` builds the newest-dependencies venv")
+        pytest.fail(f"{LATEST_PYTHON} is missing: `bash .ci/setup-tests` builds the newest-dependencies venv")
     probe = await _run([str(LATEST_PYTHON), "-c", "import openai; print(openai.__version__)"], tmp_path)
     assert probe[0] == 0 and int(probe[1].split(".")[0]) >= 3, probe
     async with DualApiPolicy() as policy:
