@@ -191,7 +191,66 @@ def test_each_worker_has_its_own_gym_stack(grown: Grown) -> None:
 # -- two environments, two servers, at once -------------------------------------------------------------
 
 
+def test_two_environments_are_served_by_two_servers_at_once(grown: Grown, tmp_path: Path) -> None:
+    """A training mix: a second server (prime-rl's default pool) for example_single_tool_call runs beside
+    the module's example_multi_step server; both serve at the same time and each reproduces its rewards."""
+    other = "example_single_tool_call"
+    config = env_config(other, recorded=True)
+    replay = replay_server(other)
+    replay.start()
+    served = ServedEnv(tmp_path / "second", config, pool="elastic", workers=None)
+    client = None
+    try:
+        client = EpisodeClient(tmp_path, served.address, config, f"{replay.url}/v1", name="second")
+        grown.client.send("mix", 20)
+        client.send("mix", 20)
+        mine = grown.client.wait_episodes("mix", 20, BATCH_S)
+        theirs = client.wait_episodes("mix", 20, BATCH_S)
+        assert all(_recorded_reward_back(e) for e in mine + theirs), [
+            (e["outcome"], e.get("errors")) for e in mine + theirs if not _recorded_reward_back(e)
+        ][:5]
+        assert len(served.workers()) == 1
+        ours = {d for w in grown.workers for d in grown.served.footprint(w)["ports"]}
+        assert not ours & served.footprint(served.workers()[0])["ports"]
+    finally:
+        if client is not None:
+            client.close()
+        served.stop()
+        replay.stop()
+    assert wait_for(lambda: not served.left_behind(), 60, "the second server's processes gone") is True
+
+
 # -- failures come back --------------------------------------------------------------------------------
+
+
+def test_killed_gym_agent_loses_no_episode_and_later_ones_succeed(grown: Grown) -> None:
+    """SIGKILL the Gym agent of one worker's stack while 40 episodes are in flight: every episode comes back
+    (none hangs, none lost). A `/run` the death dropped is resubmitted once after the restart (measured: 0 of 40
+    failed); one that failed anyway carries the typed reason `gym_server_down`. The other worker is untouched;
+    the stack restarts and a later batch reproduces every recorded reward."""
+    victim, bystander = grown.workers
+    agent = grown.served.agent_pid(victim)
+    assert agent is not None, "no Gym agent process found under the worker"
+    grown.client.send("agent-kill", 40)
+    grown.client.wait_episodes("agent-kill", 2, BATCH_S)
+    os.kill(agent, signal.SIGKILL)
+    episodes = grown.client.wait_episodes("agent-kill", 40, BATCH_S)
+
+    by_worker = _by_worker(grown, episodes)
+    failed = [e for e in episodes if e["outcome"] != "ok"]
+    assert all(e["outcome"] == "failed" and e["gym_error"] == "gym_server_down" for e in failed), failed[:3]
+    assert all(any("gym_server_down" in error for error in e["errors"]) for e in failed), failed[:3]
+    assert all(_recorded_reward_back(e) for e in by_worker.get(bystander, [])), "the other worker was disturbed"
+    assert all(_recorded_reward_back(e) for e in episodes if e["outcome"] == "ok")
+
+    restarted = wait_for(
+        lambda: (pid := grown.served.agent_pid(victim)) not in (None, agent) and pid, 300, "a restarted Gym agent"
+    )
+    grown.client.send("after-agent-kill", 20)
+    later = grown.client.wait_episodes("after-agent-kill", 20, BATCH_S)
+    assert all(_recorded_reward_back(e) for e in later), [(e["outcome"], e.get("errors")) for e in later][:3]
+    assert _by_worker(grown, later).get(victim), "the restarted worker ran none of the later episodes"
+    print(f"agent {agent} killed: {len(failed)}/40 failed (each gym_server_down), none lost; restarted as {restarted}")
 
 
 @dataclass
