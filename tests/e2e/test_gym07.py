@@ -74,13 +74,17 @@ def test_rollouts_go_through_the_environment_server_in_front_of_the_agent(gym07:
     assert "(example_multi_step_environment_server)" in log
 
 
+@pytest.mark.parametrize("where", ["here", "on a Ray actor"])
 async def test_a_judge_that_cannot_be_reached_masks_every_row_and_nothing_is_called_an_error(
-    gym07: str, tmp_path: Path, closed_port: int
+    gym07: str, tmp_path: Path, closed_port: int, where: str
 ) -> None:
     """aalcr's judge is a closed port: Gym's judge_failsafe marks each row mask_sample / judge_failed. The CLI
-    counts them apart: no reward average, no pass@k, no error; each row keeps Gym's reward and failure."""
+    counts them apart: no reward average, no pass@k, no error; each row keeps Gym's reward and failure. The same
+    rows come back from a stack on a Ray actor (a cluster started for the run)."""
     judge = f"http://127.0.0.1:{closed_port}/v1"
     argv = [str(CLI), "eval", "aalcr", "-n", "3", "--judge-base-url", judge, "--judge-model", "j", "-o", "out"]
+    if where == "on a Ray actor":
+        argv += ["--ray", "--workers", "1"]
     code, output = await _run(argv, tmp_path, {"VERIFIERS_NEMO_GYM_PYTHON": gym07})
 
     assert "0 scored · 0 errored · 3 masked" in output, output[-3000:]
@@ -93,6 +97,7 @@ async def test_a_judge_that_cannot_be_reached_masks_every_row_and_nothing_is_cal
     for row in rows:
         assert (row["masked"], row["failure_kind"], row["error"]) == (True, "judge_failed", None), row
         assert row["reward"] == 0.0 and "mask_sample" not in row["metrics"]
+        assert str(row.get("worker") or "").startswith("ray:") == (where == "on a Ray actor"), row.get("worker")
     metadata = json.loads(next((tmp_path / "out").rglob("metadata.json")).read_text())
     assert metadata["versions"]["nemo-gym"] == "0.7.0"
     assert metadata["summary"]["replay"]["masked"] == 3 and metadata["summary"]["replay"]["compared"] == 0
