@@ -44,10 +44,10 @@ from tests.e2e.env_server_harness import (  # noqa: E402
     ServedEnv,
     descendants,
     env_config,
-    rss_bytes,
     wait_for,
 )
 from tests.e2e.policies import DualApiPolicy  # noqa: E402
+from verifiers_nemo._stack.procs import rss_bytes  # noqa: E402
 
 MIB = 1024 * 1024
 

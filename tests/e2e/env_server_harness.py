@@ -98,36 +98,6 @@ def cwd(pid: int) -> str:
         return ""
 
 
-def rss_bytes(pids: list[int]) -> int:
-    """Summed resident memory of the processes (shared pages counted in each, as `ps` does)."""
-    total = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
-
-
-def connected_to(port: int) -> int:
-    """How many established TCP connections have ``port`` as their local end (requests a server holds)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.readlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                count += 1
-    return count
-
-
 def listening_ports(pids: list[int]) -> set[int]:
     from tests.faults.helpers import listening_sockets_of
 
