@@ -22,13 +22,15 @@ def env_config(root: Path, env: str) -> Path:
     return root / "resources_servers" / env / "configs" / f"{env}.yaml"
 
 
-def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.1) -> object:
-    """Poll ``predicate`` until it is truthy or ``timeout`` passes (then fail with its last value)."""
+def wait_until(
+    predicate: Callable[[], object], timeout: float, what: str = "condition", interval: float = 0.1
+) -> object:
+    """Poll ``predicate`` until it is truthy or ``timeout`` passes (then fail naming ``what`` and its last value)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s (last value: {value!r})")
+            raise AssertionError(f"{what}: not within {timeout:g}s (last value {value!r})")
         time.sleep(interval)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.e2e.conftest import wait_until
 from tests.e2e.test_verifiers_env import VF_PYTHON, _environ
 
 DRIVER = Path(__file__).with_name("env_server_driver.py")
@@ -33,14 +34,8 @@ def env_config(nemo_env: str, *, recorded: bool = False, api: str | None = None,
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s (last value {value!r})")
-        time.sleep(interval)
+    """The suite's one poller (``conftest.wait_until``), at this module's interval."""
+    return wait_until(predicate, timeout, what, interval)
 
 
 # -- /proc --------------------------------------------------------------------------------------------
