@@ -59,10 +59,14 @@ def process_kind(pid: int) -> str:
     return "Ray processes"
 
 
-def one_start(env: str) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
-    runtime = find_gym_runtime()
+def _stack(env: str, gym_python: str | None) -> GymStack:
+    runtime = find_gym_runtime(gym_python)
     config = runtime.root / "resources_servers" / env / "configs" / f"{env}.yaml"
-    stack = GymStack(StackConfig(env, (config,), "http://127.0.0.1:9"))
+    return GymStack(StackConfig(env, (config,), "http://127.0.0.1:9", gym_python=gym_python))
+
+
+def one_start(env: str, gym_python: str | None) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    stack = _stack(env, gym_python)
     lines: list[tuple[float, str]] = []
     stop = threading.Event()
     t0 = time.monotonic()
@@ -119,11 +123,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="example_single_tool_call")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gym-python", default=None, help="the Gym runtime's interpreter (default: the managed one)")
+    parser.add_argument("--joined", action="store_true", help="a keeper stack holds the Ray head meanwhile")
     add_json_flag(parser)
     args = parser.parse_args()
 
     load = os.getloadavg()[0]
-    runs = [one_start(args.env) for _ in range(args.repeats)]
+    keeper = _stack(args.env, args.gym_python) if args.joined else None
+    if keeper is not None:
+        keeper.start()
+    try:
+        runs = [one_start(args.env, args.gym_python) for _ in range(args.repeats)]
+    finally:
+        if keeper is not None:
+            keeper.stop()
     print(
         f"\nWarm GymStack start, {args.env}: phases from ng_run's own log lines, seconds "
         f"({os.cpu_count()} CPUs, load average {load:.1f} before, {os.getloadavg()[0]:.1f} after)"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from verifiers_nemo import ConfigurationError, GymRuntimeError
-from verifiers_nemo._gym import releases
+from verifiers_nemo._gym import find_gym_runtime, releases
 
 
 def fake_pythons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *versions: str) -> dict[str, Path]:
@@ -61,3 +63,12 @@ def _this_if_312() -> tuple[Path, ...]:
     import sys
 
     return (Path(sys.executable),) if sys.version_info[:2] == (3, 12) else ()
+
+
+def test_a_relative_gym_python_is_made_absolute_and_keeps_its_venv(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers start in other directories: ``gym_python=".venv/bin/python"`` must still name this venv."""
+    venv_python = Path(sys.prefix) / "bin" / "python"
+    monkeypatch.chdir(venv_python.parents[2])
+    runtime = find_gym_runtime(os.path.relpath(venv_python))
+    assert runtime.python == venv_python
+    assert runtime.prefix == Path(sys.prefix)

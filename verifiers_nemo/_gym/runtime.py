@@ -191,7 +191,8 @@ def _managed_runtime(build: bool, asked: str | None) -> GymRuntime:
 def _resolve(gym_python: str | None, build: bool, asked: str | None) -> GymRuntime:
     explicit = gym_python or os.environ.get(GYM_PYTHON_ENV_VAR)
     if explicit:
-        python = Path(explicit).expanduser()
+        # Absolute (servers run in other directories) but not resolved: a venv's link keeps its venv.
+        python = Path(os.path.abspath(Path(explicit).expanduser()))
         info = _probe(python)
         if not info["origin"]:
             raise GymRuntimeError(
