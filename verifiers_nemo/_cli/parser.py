@@ -51,6 +51,48 @@ Examples:
   verifiers-nemo eval -R outputs/evals/example_multi_step--replay/20250101-120000-a1b2c3
 """
 
+COMMAND_TEXTS: dict[str, tuple[str, str]] = {
+    "report": (
+        "one self-contained HTML report of saved runs: plots, every rollout, runs compared",
+        (
+            "Write one HTML file (it opens with no network) from saved eval runs: our run folders (results.jsonl + "
+            "metadata.json, from `eval -s`) and verifiers' eval folders (traces.jsonl, from vf-eval nemo-gym-env or a"
+            " prime-rl eval). Overview per environment (reward, pass@k and pass^k, metrics with confidence intervals,"
+            " errors, latency, tokens), every rollout with its transcript, and with several runs their per-task "
+            "comparison against the first. Needs verifiers-nemo[report]."
+        ),
+    ),
+    "export": (
+        "export a saved run to another tool's format (--inspect: an inspect-ai log for `inspect view`)",
+        (
+            "Write a saved run (either kind of folder) as an inspect-ai log: one sample per rollout with its messages"
+            " and tool calls, Gym's reward as the score, its metrics, errors and masked rows. Needs "
+            "verifiers-nemo[inspect]."
+        ),
+    ),
+    "envs": (
+        "list the packaged Gym environments and what they need",
+        "List the NeMo Gym environments packaged with nemo-gym and what running each needs.",
+    ),
+    "prepare": (
+        "install what environments need before their first run (extra packages, the Gym runtime)",
+        (
+            "Do now what the first start of each ENV would do before its servers run: build the Gym runtime if there "
+            "is none and install the packages its servers need beyond nemo-gym (cached, shared by later runs). Run it"
+            " on every node before a Ray run, in an image, or in CI."
+        ),
+    ),
+    "replay-server": (
+        "serve an environment's recorded rollouts as an OpenAI-compatible model (for vf-eval)",
+        (
+            "Serve the recorded rollouts of a packaged Gym environment as a Responses-API model on 127.0.0.1, until "
+            "interrupted: a GPU-free check of a verifiers chain. Point vf-eval at the printed URL with "
+            "--env.taskset.recorded true; each rollout then reproduces its recorded reward."
+        ),
+    ),
+}
+"""Each command's one-line help (in ``verifiers-nemo --help``) and its description (in its own ``--help``)."""
+
 
 class _Parser(argparse.ArgumentParser):
     """One line of error and where to find help; exit 2 (no usage dump, no traceback)."""
@@ -92,13 +134,28 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def _command(
+    commands: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], int], **kwargs: Any
+) -> argparse.ArgumentParser:
+    """A subcommand that runs ``handler``, with the ``-v`` every command takes; its texts are in
+    ``COMMAND_TEXTS`` unless given."""
+    if name in COMMAND_TEXTS:
+        kwargs.update(zip(("help", "description"), COMMAND_TEXTS[name], strict=True))
+    command = commands.add_parser(name, **kwargs)
+    command.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    command.set_defaults(handler=handler)
+    return command
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run NVIDIA NeMo Gym environments: evaluate models, list environments.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    ev = commands.add_parser(
+    ev = _command(
+        commands,
         "eval",
+        cmd_eval,
         help="evaluate a model (or replay recorded rollouts) on a Gym environment",
         description=EVAL_DESCRIPTION,
         epilog=EVAL_EPILOG,
@@ -124,7 +181,6 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument(
         "-k",
         "--api-key-var",
-        dest="api_key_var",
         metavar="VAR",
         help="NAME of the environment variable holding the API key (default OPENAI_API_KEY; see below)",
     )
@@ -165,28 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = ev.add_argument_group("what to run")
     run.add_argument(
-        "-n",
-        "--num-examples",
-        dest="num_examples",
-        type=_positive_int,
-        metavar="N",
-        help="first N examples of the dataset (default: all)",
+        "-n", "--num-examples", type=_positive_int, metavar="N", help="first N examples of the dataset (default: all)"
     )
     run.add_argument(
-        "-r",
-        "--rollouts-per-example",
-        dest="rollouts_per_example",
-        type=_positive_int,
-        metavar="R",
-        help="rollouts per example (default 1)",
+        "-r", "--rollouts-per-example", type=_positive_int, metavar="R", help="rollouts per example (default 1)"
     )
     run.add_argument(
-        "-c",
-        "--max-concurrent",
-        dest="max_concurrent",
-        type=_positive_int,
-        metavar="C",
-        help="rollouts in flight at once (default 32)",
+        "-c", "--max-concurrent", type=_positive_int, metavar="C", help="rollouts in flight at once (default 32)"
     )
     run.add_argument(
         "--timeout", type=_positive_float, metavar="SECONDS", help="time limit of one rollout (default 600)"
@@ -194,7 +235,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-a",
         "--env-args",
-        dest="env_args",
         type=_json_object,
         metavar="JSON",
         help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, max_steps, "
@@ -219,7 +259,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scale.add_argument(
         "--cpus-per-stack",
-        dest="cpus_per_stack",
         type=_positive_float,
         metavar="X",
         help="CPUs each actor reserves, which is how Ray packs stacks onto nodes (default 1); without "
@@ -228,25 +267,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     sampling = ev.add_argument_group("sampling")
     sampling.add_argument(
-        "-t",
-        "--max-tokens",
-        dest="max_tokens",
-        type=_positive_int,
-        metavar="N",
-        help="max output tokens per model call",
+        "-t", "--max-tokens", type=_positive_int, metavar="N", help="max output tokens per model call"
     )
     sampling.add_argument("-T", "--temperature", type=_non_negative_float, metavar="T", help="sampling temperature")
     sampling.add_argument(
         "-S",
         "--sampling-args",
-        dest="sampling_args",
         type=_json_object,
         metavar="JSON",
         help="more sampling args as a JSON object, e.g. '{\"top_p\": 0.95}' (-t/-T win over the same keys)",
     )
     sampling.add_argument(
         "--exact-tokens",
-        dest="exact_tokens",
         action="store_true",
         default=None,
         help="training-exact tokens from a stock vLLM started with --enable-scale-out: every turn is generated "
@@ -255,7 +287,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sampling.add_argument(
         "--return-tokens",
-        dest="return_tokens",
         action="store_true",
         help="ask the vLLM server for prompt/completion token IDs and logprobs (either --api), recorded "
         "in each policy call of the trace (--save-trace); vLLM-only request fields",
@@ -270,31 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="save results.jsonl and metadata.json in a run folder",
     )
     out.add_argument(
-        "-o",
-        "--output-dir",
-        dest="output_dir",
-        type=Path,
-        metavar="DIR",
-        help="where run folders go (default outputs/evals; implies -s)",
+        "-o", "--output-dir", type=Path, metavar="DIR", help="where run folders go (default outputs/evals; implies -s)"
     )
     out.add_argument(
         "-R",
         "--resume",
-        dest="resume",
         type=Path,
         metavar="DIR",
         help="resume the run saved in DIR: run only its missing rollouts with its settings",
     )
     out.add_argument(
         "--save-trace",
-        dest="save_trace",
         action="store_true",
         default=None,
         help="also save each rollout's policy calls (requests, responses, token ids; implies -s)",
     )
     out.add_argument(
         "--pass-threshold",
-        dest="pass_threshold",
         type=_any_float,
         metavar="X",
         help="a rollout is correct when its reward >= X, for pass@k (default 0.5)",
@@ -305,52 +328,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="at the end, write report.html next to the results (plots, every rollout; implies -s; "
         "needs verifiers-nemo[report])",
     )
-    out.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
-    ev.set_defaults(handler=cmd_eval)
 
-    rp = commands.add_parser(
-        "report",
-        help="one self-contained HTML report of saved runs: plots, every rollout, runs compared",
-        description=(
-            "Write one HTML file (it opens with no network) from saved eval runs: our run folders "
-            "(results.jsonl + metadata.json, from `eval -s`) and verifiers' eval folders (traces.jsonl, from "
-            "vf-eval nemo-gym-env or a prime-rl eval). Overview per environment (reward, pass@k and pass^k, "
-            "metrics with confidence intervals, errors, latency, tokens), every rollout with its transcript, "
-            "and with several runs their per-task comparison against the first. Needs verifiers-nemo[report]."
-        ),
-    )
+    rp = _command(commands, "report", cmd_report)
     rp.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run folders (the first is the baseline)")
     rp.add_argument(
         "-o", "--output", type=Path, metavar="FILE",
         help="where to write it (default: report.html in the run folder, or here for several runs)",
     )  # fmt: skip
     rp.add_argument("--title", help="the report's title (default: the runs' names)")
-    rp.add_argument("-v", "--verbose", action="count", default=0, help="log more")
-    rp.set_defaults(handler=cmd_report)
 
-    ex = commands.add_parser(
-        "export",
-        help="export a saved run to another tool's format (--inspect: an inspect-ai log for `inspect view`)",
-        description=(
-            "Write a saved run (either kind of folder) as an inspect-ai log: one sample per rollout with its "
-            "messages and tool calls, Gym's reward as the score, its metrics, errors and masked rows. "
-            "Needs verifiers-nemo[inspect]."
-        ),
-    )
+    ex = _command(commands, "export", cmd_export)
     ex.add_argument("run", type=Path, metavar="RUN_DIR", help="a run folder")
     ex.add_argument("--inspect", action="store_true", help="write an inspect-ai .eval log")
     ex.add_argument(
         "-o", "--output", type=Path, metavar="FILE",
         help="the .eval file to write (default: RUN_DIR/inspect/<timestamp>_<env>_<run>.eval)",
     )  # fmt: skip
-    ex.add_argument("-v", "--verbose", action="count", default=0, help="log more")
-    ex.set_defaults(handler=cmd_export)
 
-    en = commands.add_parser(
-        "envs",
-        help="list the packaged Gym environments and what they need",
-        description="List the NeMo Gym environments packaged with nemo-gym and what running each needs.",
-    )
+    en = _command(commands, "envs", cmd_envs)
     en.add_argument("filter", nargs="?", metavar="TEXT", help="only names containing TEXT")
     en.add_argument(
         "--runnable",
@@ -358,40 +353,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="only environments that need nothing beyond nemo-gym (no extra packages, judge model or external service)",
     )
     en.add_argument(
-        "--recorded",
-        action="store_true",
-        help="only environments with recorded rollouts (what the replay policy runs)",
+        "--recorded", action="store_true", help="only environments with recorded rollouts (what the replay policy runs)"
     )
     en.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    en.add_argument("-v", "--verbose", action="count", default=0, help="log more")
-    en.set_defaults(handler=cmd_envs)
 
-    pr = commands.add_parser(
-        "prepare",
-        help="install what environments need before their first run (extra packages, the Gym runtime)",
-        description=(
-            "Do now what the first start of each ENV would do before its servers run: build the Gym runtime "
-            "if there is none and install the packages its servers need beyond nemo-gym (cached, shared by "
-            "later runs). Run it on every node before a Ray run, in an image, or in CI."
-        ),
-    )
+    pr = _command(commands, "prepare", cmd_prepare)
     pr.add_argument("envs", nargs="+", metavar="ENV", help="packaged Gym environments")
     pr.add_argument("--gym-python", metavar="PYTHON", help="the Gym runtime's interpreter (default: found or built)")
-    pr.add_argument("-v", "--verbose", action="count", default=0, help="log more")
-    pr.set_defaults(handler=cmd_prepare)
 
-    rs = commands.add_parser(
-        "replay-server",
-        help="serve an environment's recorded rollouts as an OpenAI-compatible model (for vf-eval)",
-        description=(
-            "Serve the recorded rollouts of a packaged Gym environment as a Responses-API model on 127.0.0.1, "
-            "until interrupted: a GPU-free check of a verifiers chain. Point vf-eval at the printed URL "
-            "with --env.taskset.recorded true; each rollout then reproduces its recorded reward."
-        ),
-    )
+    rs = _command(commands, "replay-server", cmd_replay_server)
     rs.add_argument("env", nargs="?", metavar="ENV", help="a packaged Gym environment with recorded rollouts")
     rs.add_argument("--jsonl-path", metavar="FILE", help="a recorded-rollouts file instead of the packaged one")
     rs.add_argument("--port-file", metavar="FILE", help="also write the base URL to FILE")
-    rs.add_argument("-v", "--verbose", action="count", default=0, help="log more")
-    rs.set_defaults(handler=cmd_replay_server)
     return parser
