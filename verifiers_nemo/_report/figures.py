@@ -65,26 +65,12 @@ def pass_curves(curves: Sequence[tuple[str, dict[str, list[Any]]]], threshold: f
         color = COLORS[position % len(COLORS)]
         tasks = [f"{n} tasks" for n in curve["tasks"]]
         suffix = f" {label}" if len(curves) > 1 else ""
-        traces.append(
-            go.Scatter(
-                x=curve["k"],
-                y=_r(curve["pass_at"]),
-                name=f"pass@k{suffix}",
-                mode="lines+markers",
-                line={"color": color},
-                text=tasks,
+        for key, name, dash in (("pass_at", "pass@k", "solid"), ("pass_power", "pass^k", "dash")):
+            line = {"color": color, "dash": dash}
+            y = _r(curve[key])
+            traces.append(
+                go.Scatter(x=curve["k"], y=y, name=name + suffix, text=tasks, mode="lines+markers", line=line)
             )
-        )
-        traces.append(
-            go.Scatter(
-                x=curve["k"],
-                y=_r(curve["pass_power"]),
-                name=f"pass^k{suffix}",
-                mode="lines+markers",
-                line={"color": color, "dash": "dash"},
-                text=tasks,
-            )
-        )
     top = max((max(c["k"], default=1) for _, c in curves), default=1)
     axis = {"type": "log"} if top > 16 else {"dtick": 1}
     return _figure(

@@ -35,6 +35,7 @@ class Rollout:
     task: str
     """The task's key across runs: the example id when recorded, else the task index."""
     rollout_index: int
+    """Which of the task's repeats (``-r``) this is, from 0."""
     status: str
     """``scored``, ``error`` or ``masked``."""
     reward: float | None = None
