@@ -87,10 +87,12 @@ class GymDataset:
 
     name: str
     type: str | None
+    """Gym's dataset type: ``example``, ``train`` or ``validation``."""
     jsonl_fpath: str
     """As written in the config: relative to the Gym root."""
     path: Path
     exists: bool
+    """Whether the file is there (shipped with nemo-gym, or downloaded since)."""
     agent: str
     """The agent instance whose config lists the dataset."""
     config: Path

@@ -54,13 +54,9 @@ class StackWorker:
         }
 
     async def rollout(
-        self,
-        task: Task,
-        endpoint: Endpoint | None,
-        sampling_args: dict[str, Any] | None = None,
-        timeout: float | None = None,
+        self, task: Task, endpoint: Endpoint | None, sampling_args: dict[str, Any] | None, timeout: float | None
     ) -> RolloutResult:
-        """One rollout (``endpoint=None``: the replay of ``task``'s recording)."""
+        """One rollout (``endpoint=None``: the replay of ``task``'s recording); the pool's handles pass all four."""
         if endpoint is None:
             if self._replay is None:
                 raise RuntimeError("this worker was started without replay tasks; pass an endpoint")

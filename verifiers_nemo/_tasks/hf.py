@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ConfigurationError
-from .rows import RowStore
+from .rows import LoadedRows, RowStore
 from .task import RESPONSES_CREATE_PARAMS, Task
 
 if TYPE_CHECKING:
@@ -50,18 +49,7 @@ def to_dataset(
     return datasets.Dataset.from_list(records)
 
 
-@dataclass
-class DatasetRows:
-    """What ``from_dataset`` recovers from a dataset's ``info`` column."""
-
-    store: RowStore
-    path: Path
-    env_name: str | None
-    recorded: bool
-    rollouts_per_task: int
-
-
-def from_dataset(dataset: Iterable[Mapping[str, Any]]) -> DatasetRows:
+def from_dataset(dataset: Iterable[Mapping[str, Any]]) -> LoadedRows:
     """The rows (and taskset settings) of ``to_dataset()``'s output; ConfigurationError for anything else."""
     store = RowStore()
     env_name: str | None = None
@@ -88,7 +76,7 @@ def from_dataset(dataset: Iterable[Mapping[str, Any]]) -> DatasetRows:
         store.append(line, int(info.get("line", index + 1)), int(info.get("row_index", index)), info.get("agent"))
     if store.size == 0:
         raise ConfigurationError("from_dataset() got an empty dataset: there are no tasks to rebuild.")
-    return DatasetRows(store, path, env_name, recorded, rollouts_per_task)
+    return LoadedRows(store, path, env_name, recorded, rollouts_per_task)
 
 
 def _content_as_parts(message: dict[str, Any]) -> dict[str, Any]:

@@ -68,6 +68,21 @@ class RowStore:
         self.agents = [self.agents[i] for i in order]
 
 
+@dataclass(frozen=True)
+class LoadedRows:
+    """A taskset's rows and what they are: read from a JSONL file, or rebuilt from a dataset."""
+
+    store: RowStore
+    path: Path
+    """The JSONL file the rows came from."""
+    env_name: str | None
+    recorded: bool
+    """Whether the rows are recorded rollouts (replayable)."""
+    rollouts_per_task: int
+    skipped: SkippedRows = SkippedRows()
+    """Rows left out by ``on_error="skip"``."""
+
+
 def read_rows(
     path: Path,
     checker: RowChecker,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from .._gym import GymEnvironment, get_environment
 from . import hf
-from .rows import OnError, RowStore, SkippedRows, read_rows
+from .rows import LoadedRows, OnError, SkippedRows, read_rows
 from .source import check_arguments, resolve_source
 from .task import Task, row_example_id
 from .validation import RowChecker, gym_params, local_root
@@ -82,37 +82,13 @@ class NeMoGymTaskset(Sequence[Task]):
             recorded=recorded,
         )
         store, skipped = read_rows(path, checker, limit=limit, shuffle=shuffle, seed=seed, on_error=on_error)
-        self._init(
-            store=store,
-            path=path,
-            env_name=env.name if env else None,
-            env=env,
-            recorded=recorded,
-            rollouts_per_task=rollouts_per_task,
-            skipped=skipped,
-            root=root,
-        )
+        rows = LoadedRows(store, path, env.name if env else None, recorded, rollouts_per_task, skipped)
+        self._init(rows, env, root)
         logger.debug("loaded %d rows from %s (%d skipped)", store.size, path, skipped.count)
 
-    def _init(
-        self,
-        *,
-        store: RowStore,
-        path: Path,
-        env_name: str | None,
-        env: GymEnvironment | None,
-        recorded: bool,
-        rollouts_per_task: int,
-        skipped: SkippedRows,
-        root: str | Path | None,
-    ) -> None:
-        self._store = store
-        self._path = path
-        self._env_name = env_name
+    def _init(self, rows: LoadedRows, env: GymEnvironment | None, root: str | Path | None) -> None:
+        self._rows = rows
         self._env = env
-        self._recorded = recorded
-        self._rollouts_per_task = rollouts_per_task
-        self._skipped = skipped
         self._root = root
 
     # ---- what it holds
@@ -120,46 +96,46 @@ class NeMoGymTaskset(Sequence[Task]):
     @property
     def path(self) -> Path:
         """The JSONL file the rows came from."""
-        return self._path
+        return self._rows.path
 
     @property
     def env_name(self) -> str | None:
-        return self._env_name
+        return self._rows.env_name
 
     @property
     def env(self) -> GymEnvironment | None:
         """The packaged environment, when the taskset names one (looked up on first use)."""
-        if self._env is None and self._env_name is not None:
-            self._env = get_environment(self._env_name, self._root)
+        if self._env is None and self._rows.env_name is not None:
+            self._env = get_environment(self._rows.env_name, self._root)
         return self._env
 
     @property
     def recorded(self) -> bool:
-        return self._recorded
+        return self._rows.recorded
 
     @property
     def rollouts_per_task(self) -> int:
-        return self._rollouts_per_task
+        return self._rows.rollouts_per_task
 
     @property
     def num_rows(self) -> int:
         """Distinct rows (tasks before repeats)."""
-        return self._store.size
+        return self._rows.store.size
 
     @property
     def skipped(self) -> SkippedRows:
         """Rows left out by ``on_error="skip"``."""
-        return self._skipped
+        return self._rows.skipped
 
     @property
     def agents(self) -> tuple[str, ...]:
         """The agent instances the rows run on, in first-seen order."""
-        return tuple(dict.fromkeys(a for a in self._store.agents if a is not None))
+        return tuple(dict.fromkeys(a for a in self._rows.store.agents if a is not None))
 
     # ---- sequence protocol
 
     def __len__(self) -> int:
-        return self._store.size * self._rollouts_per_task
+        return self._rows.store.size * self._rows.rollouts_per_task
 
     @overload
     def __getitem__(self, index: int) -> Task: ...
@@ -184,8 +160,8 @@ class NeMoGymTaskset(Sequence[Task]):
         if not isinstance(other, NeMoGymTaskset):
             return NotImplemented
         return (
-            self._env_name == other._env_name
-            and self._rollouts_per_task == other._rollouts_per_task
+            self._rows.env_name == other._rows.env_name
+            and self._rows.rollouts_per_task == other._rows.rollouts_per_task
             and len(self) == len(other)
             and all(a == b for a, b in zip(self, other, strict=True))
         )
@@ -194,23 +170,23 @@ class NeMoGymTaskset(Sequence[Task]):
 
     def __repr__(self) -> str:
         return (
-            f"NeMoGymTaskset(env={self._env_name!r}, path='{self._path}', rows={self.num_rows}, "
-            f"rollouts_per_task={self._rollouts_per_task}, recorded={self._recorded})"
+            f"NeMoGymTaskset(env={self._rows.env_name!r}, path='{self._rows.path}', rows={self.num_rows}, "
+            f"rollouts_per_task={self._rows.rollouts_per_task}, recorded={self._rows.recorded})"
         )
 
     def _task(self, position: int) -> Task:
-        task_index, rollout_index = divmod(position, self._rollouts_per_task)
-        line, line_no, row_index, agent = self._store.get(task_index)
+        task_index, rollout_index = divmod(position, self._rows.rollouts_per_task)
+        line, line_no, row_index, agent = self._rows.store.get(task_index)
         row = json.loads(line)
         return Task(
             task_index=task_index,
             rollout_index=rollout_index,
             row=row,
             agent_name=agent,
-            env=self._env_name,
+            env=self._rows.env_name,
             example_id=row_example_id(row, row_index),
-            source=f"{self._path}:{line_no}",
-            recorded=self._recorded,
+            source=f"{self._rows.path}:{line_no}",
+            recorded=self._rows.recorded,
         )
 
     # ---- Hugging Face datasets
@@ -221,24 +197,16 @@ class NeMoGymTaskset(Sequence[Task]):
         ``task`` is the environment name (else the agent name); ``info`` holds the raw row, agent,
         task index and where the row came from, so ``from_dataset`` can rebuild this taskset.
         """
-        firsts = ((self._task(i * self._rollouts_per_task), self._store.get(i)[2]) for i in range(self.num_rows))
+        firsts = (
+            (self._task(i * self._rows.rollouts_per_task), self._rows.store.get(i)[2]) for i in range(self.num_rows)
+        )
         return hf.to_dataset(
-            firsts, path=self._path, recorded=self._recorded, rollouts_per_task=self._rollouts_per_task
+            firsts, path=self._rows.path, recorded=self._rows.recorded, rollouts_per_task=self._rows.rollouts_per_task
         )
 
     @classmethod
     def from_dataset(cls, dataset: Iterable[Mapping[str, Any]], *, root: str | Path | None = None) -> NeMoGymTaskset:
         """Rebuild a taskset from ``to_dataset()``'s output (its ``info`` column)."""
-        rows = hf.from_dataset(dataset)
         taskset = cls.__new__(cls)
-        taskset._init(
-            store=rows.store,
-            path=rows.path,
-            env_name=rows.env_name,
-            env=None,
-            recorded=rows.recorded,
-            rollouts_per_task=rows.rollouts_per_task,
-            skipped=SkippedRows(),
-            root=root,
-        )
+        taskset._init(hf.from_dataset(dataset), None, root)
         return taskset
