@@ -29,14 +29,14 @@ from aiohttp import web
 
 from .._endpoint import Endpoint, is_loopback
 from .._exceptions import ConfigurationError, UpstreamConversionError, UpstreamError, UpstreamInternalError
-from .._protocol import dumps, loads, responses_usage
+from .._protocol import dumps, loads
 from .._serving import LoopThreadServer
 from .._signals import at_exit
 from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, Upstream, UpstreamReply
 from .._upstreams.exact_tokens import ExactTokensUpstream
 from .config import ProxyConfig
 from .ports import RoutePorts
-from .route import Route
+from .route import CallInFlight, Route
 from .route_key import ROUTE_METADATA_KEY, new_route_key, route_key_of
 from .trace import PolicyCall
 
@@ -310,15 +310,13 @@ class RoutingProxy(LoopThreadServer):
         request handed on as it is, its answer too, whatever its status)."""
         session = self._session
         assert session is not None
-        started_at = time.time()
-        t0 = time.perf_counter()
         if chat:
             call = _pass_chat(route.upstream, session, route.endpoint, body)
         else:
             call = route.upstream.create_response(session, route.endpoint, body)
         task = asyncio.ensure_future(call)
-        index = route.begin(task, body)
-        if index is None:
+        in_flight = route.begin(task, body)
+        if in_flight is None:
             task.cancel()
             return _error_response(410, "route_closed", "The route closed before the call could start.")
         try:
@@ -328,40 +326,16 @@ class RoutingProxy(LoopThreadServer):
                 raise  # the handler itself was cancelled (shutdown)
             return _error_response(410, "route_closed", "The route closed while the call was in flight.")
         except Exception as exc:
-            return self._fail(route, body, exc, index, started_at, time.perf_counter() - t0)
+            return self._fail(in_flight, exc)
         finally:
             route.end(task)
         status = reply.status if chat else 200
         response_json = reply.response_json if chat and reply.response_json is not None else dumps(reply.response)
-        route.record(
-            PolicyCall(
-                index=index,
-                request_json=route.request_json(reply.request, reply.request_json),
-                response_json=response_json if status < 400 else None,
-                status=status,
-                latency_s=time.perf_counter() - t0,
-                attempts=reply.attempts,
-                started_at=started_at,
-                upstream_status=reply.status,
-                usage=responses_usage(reply.response.get("usage")),
-                prompt_token_ids=reply.prompt_token_ids,
-                completion_token_ids=reply.completion_token_ids,
-                completion_logprobs=reply.completion_logprobs,
-                context_overflow=reply.context_overflow,
-                finish_reason=reply.finish_reason,
-            )
-        )
+        route.record(in_flight.answered(reply, status, response_json))
         return web.Response(status=status, body=response_json, content_type=_JSON)
 
-    def _fail(
-        self,
-        route: Route,
-        body: dict[str, Any],
-        exc: Exception,
-        index: int,
-        started_at: float,
-        latency: float,
-    ) -> web.Response:
+    def _fail(self, in_flight: CallInFlight, exc: Exception) -> web.Response:
+        route = in_flight.route
         if isinstance(exc, UpstreamError):
             error = exc
             # A bare UpstreamError (e.g. from a custom upstream) carries no facts: count one attempt.
@@ -370,23 +344,13 @@ class RoutingProxy(LoopThreadServer):
             logger.warning("upstream %s raised %r", route.endpoint.label, exc, exc_info=exc)
             error = UpstreamInternalError(f"{type(exc).__name__}: {exc}")
             attempts = 1
-        kind, upstream_status, sent = error.kind, error.upstream_status, error.request
         status = 400 if isinstance(error, UpstreamConversionError) else STATUS_UPSTREAM_FAILED
-        logger.info("policy call %d of %s failed (%s): %s", index, route.endpoint.label, kind, error.message)
-        route.record(
-            PolicyCall(
-                index=index,
-                request_json=route.request_json(sent if sent is not None else body, None),
-                status=status,
-                latency_s=latency,
-                attempts=attempts,
-                started_at=started_at,
-                upstream_status=upstream_status,
-                error=error,
-            )
+        logger.info(
+            "policy call %d of %s failed (%s): %s", in_flight.index, route.endpoint.label, error.kind, error.message
         )
+        route.record(in_flight.failed(error, status, attempts))
         return _error_response(
-            status, error.type, error.message, kind=kind, upstream_status=upstream_status, attempts=attempts
+            status, error.type, error.message, kind=error.kind, upstream_status=error.upstream_status, attempts=attempts
         )
 
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._endpoint import Endpoint
 from .._exceptions import UpstreamError, UpstreamTimeout
-from .._protocol import dumps, sum_usage
-from .._upstreams import Upstream
+from .._protocol import dumps, responses_usage, sum_usage
+from .._upstreams import Upstream, UpstreamReply
 from .route_key import drop_route_metadata
 from .trace import PolicyCall
 
@@ -70,7 +70,7 @@ class Route:
         self._error: UpstreamError | None = None
         self._closed = False
         self._started = 0
-        self._inflight: dict[asyncio.Task[Any], _InFlight] = {}
+        self._inflight: dict[asyncio.Task[Any], CallInFlight] = {}
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     def __repr__(self) -> str:
@@ -145,7 +145,7 @@ class Route:
             tasks = list(self._inflight)
             now = time.perf_counter()
             for pending in self._inflight.values():
-                self._calls.append(pending.unanswered(self, now))
+                self._calls.append(pending.unanswered(now))
             self._calls.sort(key=lambda call: call.index)
             waiters, self._waiters = self._waiters, []
         self._proxy.forget(self)
@@ -182,15 +182,15 @@ class Route:
         forwarded["model"] = self.endpoint.model
         return forwarded
 
-    def begin(self, task: asyncio.Task[Any], body: dict[str, Any] | None = None) -> int | None:
-        """Register a call in flight (``body``: what is being sent); its index, or None when closed."""
+    def begin(self, task: asyncio.Task[Any], body: dict[str, Any] | None = None) -> CallInFlight | None:
+        """Register a call in flight (``body``: what is being sent); None when the route is closed."""
         with self._lock:
             if self._closed:
                 return None
-            index = self._started
+            call = CallInFlight(self, self._started, body or {}, time.time(), time.perf_counter())
             self._started += 1
-            self._inflight[task] = _InFlight(index, body or {}, time.time(), time.perf_counter())
-            return index
+            self._inflight[task] = call
+            return call
 
     def end(self, task: asyncio.Task[Any]) -> None:
         with self._lock:
@@ -222,29 +222,54 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
-class _InFlight:
-    """A call being answered: its index, what was sent, and when."""
+class CallInFlight:
+    """A policy call being answered: its route, index, what was sent and when; it builds the call's record."""
 
+    route: Route
     index: int
     body: dict[str, Any]
     started_at: float
     t0: float
 
-    def unanswered(self, route: Route, now: float) -> PolicyCall:
-        """This call as recorded when its route closes before the reply (the rollout ended or timed out)."""
-        waited = now - self.t0
-        return PolicyCall(
-            index=self.index,
-            request_json=route.request_json(self.body, None),
-            status=410,
-            latency_s=waited,
-            attempts=1,
-            started_at=self.started_at,
-            error=UpstreamTimeout(
-                f"no reply: the rollout ended while this call had waited {waited:.1f} s on the model",
-                request=self.body,
-            ),
+    def answered(self, reply: UpstreamReply, status: int, response_json: bytes) -> PolicyCall:
+        """The record of a reply (``status``: what the caller gets; a body only below 400)."""
+        return self._record(
+            reply.request,
+            reply.request_json,
+            status,
+            reply.attempts,
+            response_json=response_json if status < 400 else None,
+            upstream_status=reply.status,
+            usage=responses_usage(reply.response.get("usage")),
+            context_overflow=reply.context_overflow,
+            **reply.token_fields(),
         )
+
+    def failed(self, error: UpstreamError, status: int, attempts: int) -> PolicyCall:
+        """The record of a call that failed with ``error`` (what it sent, if it says, else the body)."""
+        sent = error.request if error.request is not None else self.body
+        return self._record(sent, None, status, attempts, upstream_status=error.upstream_status, error=error)
+
+    def unanswered(self, now: float) -> PolicyCall:
+        """The record of this call when its route closes before the reply (the rollout ended or timed out)."""
+        waited = now - self.t0
+        error = UpstreamTimeout(
+            f"no reply: the rollout ended while this call had waited {waited:.1f} s on the model", request=self.body
+        )
+        return self._record(self.body, None, 410, 1, now=now, error=error)
+
+    def _record(
+        self,
+        request: dict[str, Any],
+        encoded: bytes | None,
+        status: int,
+        attempts: int,
+        now: float | None = None,
+        **outcome: Any,
+    ) -> PolicyCall:
+        latency = (time.perf_counter() if now is None else now) - self.t0
+        request_json = self.route.request_json(request, encoded)
+        return PolicyCall(self.index, status, latency, attempts, self.started_at, request_json, **outcome)
 
 
 def _wake(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:

@@ -9,7 +9,7 @@ asks in Chat Completions is passed through by the same objects' ``pass_chat`` (`
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
 import aiohttp
@@ -61,6 +61,10 @@ class UpstreamReply:
     finish_reason: str | None = None
     response_json: bytes | None = None
     """The reply as received, when it is handed on unchanged (a passed-through chat answer)."""
+
+    def token_fields(self) -> dict[str, Any]:
+        """Its token data by ``TokenData``'s field names (a ``PolicyCall`` has the same fields)."""
+        return {f.name: getattr(self, f.name) for f in fields(TokenData)}
 
     @classmethod
     def with_tokens(
