@@ -150,9 +150,16 @@ REPRODUCIBLE_07 = {
 }
 
 
+JUDGED_07 = ("abstention", "false_statement_judge", "xstest")
+"""Judge environments replayed on 0.7 with their judge answered from the recordings too (three: they fill the
+last stack). A one-off sweep replayed all seven with recorded judge I/O: aalcr, abstention, false_statement_judge,
+frontierscience_judge, inverse_if and xstest 5/5, simpleqa 3/5 (its two rows known not to reproduce, as on 0.4)."""
+
+
 def test_replay_on_0_7_reproduces_every_offline_environment_whose_recordings_can(gym07: str) -> None:
     """The 0.7 lists differ from 0.4's (equivalence_rule's row 2 reproduces there, lc_niah does not; spartqa and
-    wordle cannot run as packaged): the catalogue and the exclusions say so, and every other row reproduces."""
+    wordle cannot run as packaged): the catalogue and the exclusions say so, and every other row reproduces,
+    judge environments' too, their judge replayed."""
     from tests.e2e.test_replay import _batches, _check_rows, _replay_all
     from verifiers_nemo import list_environments
     from verifiers_nemo._replay import unreproducible_reason
@@ -165,8 +172,10 @@ def test_replay_on_0_7_reproduces_every_offline_environment_whose_recordings_can
     assert unreproducible_reason("equivalence_rule", 2, "0.7.0") is None
     assert unreproducible_reason("equivalence_rule", 2, "0.4.0") is not None
 
-    replayed = _replay_all(_batches(runnable, root), gym07)
-    for name in runnable:
+    assert set(JUDGED_07) <= {e.name for e in list_environments(root) if e.needs_judge and e.has_example_rollouts}
+
+    replayed = _replay_all(_batches([*JUDGED_07, *runnable], root), gym07)
+    for name in [*JUDGED_07, *runnable]:
         _check_rows(name, replayed, "0.7.0")
 
 

