@@ -147,9 +147,13 @@ def _listening_pid(port: int) -> int:
 
 _OWNER = textwrap.dedent(
     """
-    import json, sys, time
+    import json, signal, sys, time
     from pathlib import Path
     from verifiers_nemo._stack import GymStack, StackConfig
+    # A user's program, with Python's own Ctrl-C: after most of the suite (never alone) the SIGINT case has hung as
+    # if SIGINT were ignored or blocked, both of which a child inherits from this test process.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     stack = GymStack(StackConfig("example_single_tool_call", (Path(sys.argv[1]),), "http://127.0.0.1:9"))
     info = stack.start()
     ports = [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]]
@@ -168,9 +172,6 @@ def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(gym_root: Pa
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).parents[2],
-        # A user's process starts with SIGINT at its default. After most of the suite (never alone) the SIGINT case
-        # has hung as if SIGINT were ignored, which a child inherits: start it at the default, whatever this has.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         started = json.loads(owner.stdout.readline())
