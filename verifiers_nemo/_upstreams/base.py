@@ -40,6 +40,9 @@ class ChatPassthrough(Protocol):
         ...
 
 
+_TOKEN_FIELDS = tuple(f.name for f in fields(TokenData))  # once: token_fields() runs on every policy call
+
+
 @dataclass(slots=True)
 class UpstreamReply:
     """A Responses-API object ready for the Gym agent, with what was sent and the call's token data.
@@ -64,7 +67,7 @@ class UpstreamReply:
 
     def token_fields(self) -> dict[str, Any]:
         """Its token data by ``TokenData``'s field names (a ``PolicyCall`` has the same fields)."""
-        return {f.name: getattr(self, f.name) for f in fields(TokenData)}
+        return {name: getattr(self, name) for name in _TOKEN_FIELDS}
 
     @classmethod
     def with_tokens(
