@@ -14,7 +14,14 @@ from typing import Any
 
 from ._dispatch import EndpointPicker, check_concurrency, stream_rollouts
 from ._endpoint import Endpoint
-from ._exceptions import ConfigurationError, RolloutError, RolloutTimeout, UpstreamError
+from ._exceptions import (
+    ConfigurationError,
+    GymServerDown,
+    RolloutError,
+    RolloutTimeout,
+    StackStartError,
+    UpstreamError,
+)
 from ._gym import POLICY_MODEL, merged_configs, server_instances
 from ._judge.router import JudgeRouter
 from ._protocol import sum_usage
@@ -343,10 +350,17 @@ class NeMoGymHarness:
         return result
 
     async def _running_stack(self) -> GymStack:
+        """The running stack, restarted if it died; a failed restart is the rollout's typed ``GymServerDown``."""
         stack = self._stack
         if stack is not None and stack.running:
             return stack
-        return await self.astart()
+        if stack is None or stack.generation == 0:
+            return await self.astart()
+        try:
+            await asyncio.to_thread(stack.start, stack.generation)
+        except StackStartError as exc:
+            raise GymServerDown(f"the Gym stack is down and could not be restarted: {exc}") from None
+        return stack
 
     async def run(
         self,

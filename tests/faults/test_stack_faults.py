@@ -12,6 +12,7 @@ import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from aiohttp import web
 from tests.e2e.policies import PolicyServer, counter_policy
 from tests.e2e.test_stack import _listening_pid
 from tests.faults.helpers import COUNTER_ENV, record_figures, tagged_counter_rows, until
-from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset, RolloutResult
+from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset, RolloutResult, get_environment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="package")]
 
@@ -116,3 +117,47 @@ async def test_rollouts_started_after_the_agent_died_wait_for_the_restart(agent_
     assert all(r.error.type == "gym_server_down" for r in failed_after)
     assert len(failed_after) <= 2, [(r.task_index, r.error) for r in failed_after]
     assert sum(r.error is not None for r in agent_kill.results) <= CONCURRENCY
+
+
+async def test_a_restart_that_fails_is_each_waiting_rollouts_typed_error_and_a_later_rollout_retries(
+    tmp_path: Path,
+) -> None:
+    """The agent dies and its stack cannot come back (its config broke meanwhile, so ng_run refuses it): the
+    rollouts waiting for the restart come back typed `gym_server_down`, naming the failed start; none raises,
+    and they share one try instead of each starting the stack in turn. Once the config is whole again, the next
+    rollout restarts the stack and succeeds."""
+    packaged = get_environment(COUNTER_ENV).default_config.path
+    config = tmp_path / packaged.name
+    shutil.copy(packaged, config)
+    expected = tagged_counter_rows(tmp_path / "tasks.jsonl", 6)
+    tasks = NeMoGymTaskset(COUNTER_ENV, jsonl_path=tmp_path / "tasks.jsonl")
+    harness = NeMoGymHarness(COUNTER_ENV, config_paths=[config], start_timeout=120)
+    async with harness, PolicyServer(counter_policy) as server:
+        endpoint = Endpoint(base_url=server.base_url, model="m")
+        first = [r async for r in harness.run(list(tasks)[:1], endpoint)]
+        assert first[0].error is None and first[0].reward == expected[0]
+        generation = harness.stack.generation
+
+        config.write_text(packaged.read_text().replace(f"name: {COUNTER_ENV}_resources_server", "name: gone"))
+        os.kill(_listening_pid(int(harness.stack.agent_url().rsplit(":", 1)[1])), signal.SIGKILL)
+        await until(lambda: harness.stack.is_dead(generation), 15, "the stack noticing the dead agent")
+        started = time.monotonic()
+        waiting = await asyncio.gather(*(harness.rollout(task, endpoint) for task in list(tasks)[1:5]))
+        failed_s = time.monotonic() - started
+        assert [r.error.type if r.error else None for r in waiting] == ["gym_server_down"] * 4
+        assert all("could not be restarted" in r.error.message and r.reward is None for r in waiting)
+        tries = harness.stack.generation - generation
+        assert tries == 1, f"{tries} starts for 4 rollouts queued behind one restart"
+
+        config.write_text(packaged.read_text())
+        later = await harness.rollout(list(tasks)[5], endpoint)
+        assert later.error is None and later.reward == expected[5], later.error
+        assert harness.stack.running and harness.stack.generation == generation + 2
+    record_figures(
+        "Gym stack whose restart fails",
+        rollouts_waiting=len(waiting),
+        typed_gym_server_down=len(waiting),
+        starts_tried=tries,
+        failed_after_s=failed_s,
+        later_rollout_ok=later.error is None,
+    )

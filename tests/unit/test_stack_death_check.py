@@ -8,6 +8,11 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+from aiohttp import web
+
+from tests.e2e.policies import LocalServer
+from verifiers_nemo import GymServerDown
 from verifiers_nemo._gym.config import ServerInstance
 from verifiers_nemo._stack import GymStack, Launch, StackConfig
 from verifiers_nemo._stack.agent_client import GymAgentClient
@@ -97,3 +102,44 @@ def test_a_generation_still_starting_is_not_handed_out_nor_probed_dead(tmp_path:
     assert stack.running
     assert not stack.probe_now(1) and stack.is_dead(1)  # ready, yet its agent refuses: dead
     assert "refused connections" in (stack.dead_reason or "")
+
+
+class _BreaksMidAnswer(LocalServer):
+    """A Gym agent whose /run answer stops after its headers and a few bytes (the process died mid-write)."""
+
+    async def _run(self, request: web.Request) -> web.StreamResponse:
+        answer = web.StreamResponse(status=200, headers={"Content-Length": "1000"})
+        await answer.prepare(request)
+        await answer.write(b'{"reward": ')
+        assert request.transport is not None
+        request.transport.close()
+        return answer
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/run", self._run)
+
+
+class _Attempt:
+    body: dict = {"responses_create_params": {"input": "hi"}}
+    abandoned = 0
+
+    def abandon(self) -> None:
+        self.abandoned += 1
+
+
+async def test_an_answer_cut_off_mid_body_is_a_typed_failure_not_an_exception() -> None:
+    """The agent's connection breaking after its headers is an unanswered /run like any other: the stack is
+    asked whether it died (here it lives) and the rollout fails typed, its route given up."""
+    stack = FakeStack(dies_after=None, probe_alive=True)
+    stack.generation = 1  # type: ignore[attr-defined]
+
+    async def running_stack() -> FakeStack:
+        return stack
+
+    async with _BreaksMidAnswer() as agent:
+        client = GymAgentClient(agent_urls={"a": f"http://127.0.0.1:{agent.port}"}, death_grace=0.1)
+        attempt = _Attempt()
+        with pytest.raises(GymServerDown, match="unreachable"):
+            await client.run(running_stack, "a", lambda: attempt)  # type: ignore[arg-type]
+        await client.close_session()
+    assert attempt.abandoned == 1 and stack.probes == 1

@@ -110,7 +110,10 @@ class GymAgentClient:
             except aiohttp.ClientConnectionError as exc:
                 raise _NotDelivered(repr(exc)) from exc
             async with response:
-                text = await response.text()
+                try:
+                    text = await response.text()
+                except aiohttp.ClientError as exc:  # the connection broke mid-answer: as if never answered
+                    raise _NotDelivered(repr(exc)) from exc
                 if response.status != 200:
                     if stack.is_dead(generation):
                         raise GymServerDown(f"the Gym stack died during the rollout: {stack.dead_reason}")

@@ -122,6 +122,8 @@ class GymStack:
         self._ray_head: RayHead | None = None
         self.runtime: GymRuntime | None = None
         self._instances = stack_servers(config)
+        self._start_error: StackStartError | None = None
+        """Why the last start failed (None once one succeeds): what the callers queued behind it are told."""
 
     @property
     def agent_names(self) -> tuple[str, ...]:
@@ -129,41 +131,56 @@ class GymStack:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> StackInfo:
-        """Launch the stack and wait until every server answers; a no-op when it already runs."""
+    def start(self, died: int | None = None) -> StackInfo:
+        """Launch the stack and wait until every server answers; a no-op when it already runs.
+
+        ``died``: the generation a caller (a rollout) saw die. If a restart was tried since and failed, its
+        error is raised instead of another try: the rollouts queued behind a failed restart share its
+        verdict rather than each start the stack in turn (a later one, which saw the failed try, tries again)."""
         with self._lock:
             if self.running:
                 return self.info()
+            if died is not None and died != self._generation and self._start_error is not None:
+                raise self._start_error
             if self._launch is not None:
                 self._stop_locked()
-            self.runtime = find_gym_runtime(self.config.gym_python, gym_version=self.config.gym_version)
-            venvs = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
-            self._generation += 1
-            for attempt in range(1, _START_ATTEMPTS + 1):
-                self.begin_generation(self._spawn(self.runtime, self._join_ray_head(self.runtime), venvs))
-                try:
-                    self._wait_ready(self._launch)
-                    break
-                except StackStartError:
-                    collided = "address already in use" in log_tail(self._launch.log_path, lines=10_000)
-                    head = self._ray_head
-                    if head is not None and not head.alive:  # e.g. its port was taken: the next try gets a new one
-                        collided = collided or "address already in use" in head.log_tail(10_000)
-                        self._leave_ray_head()
-                    self._stop_locked(keep_logs=not collided or attempt == _START_ATTEMPTS)
-                    if not collided or attempt == _START_ATTEMPTS:
-                        self._leave_ray_head()
-                        raise
-                    logger.warning("Gym stack %s: a port was taken while starting; retrying", self.config.name)
-                except BaseException:
-                    self._stop_locked(keep_logs=True)
+            self._start_error = None
+            try:
+                return self._start_locked()
+            except StackStartError as exc:
+                self._start_error = exc
+                raise
+
+    def _start_locked(self) -> StackInfo:
+        """``start()``'s work, under its lock."""
+        self.runtime = find_gym_runtime(self.config.gym_python, gym_version=self.config.gym_version)
+        venvs = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
+        self._generation += 1
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            self.begin_generation(self._spawn(self.runtime, self._join_ray_head(self.runtime), venvs))
+            try:
+                _wait_ready(self._launch, self.config.name, self.config.start_timeout)
+                break
+            except StackStartError:
+                collided = "address already in use" in log_tail(self._launch.log_path, lines=10_000)
+                head = self._ray_head
+                if head is not None and not head.alive:  # e.g. its port was taken: the next try gets a new one
+                    collided = collided or "address already in use" in head.log_tail(10_000)
+                    self._leave_ray_head()
+                self._stop_locked(keep_logs=not collided or attempt == _START_ATTEMPTS)
+                if not collided or attempt == _START_ATTEMPTS:
                     self._leave_ray_head()
                     raise
-            self._start_monitor(self._launch)
-            _track(self)
-            info = self.info()
-            logger.info("Gym stack %s ready in %.1fs: %s", self.config.name, info.ready_seconds, info.server_urls)
-            return info
+                logger.warning("Gym stack %s: a port was taken while starting; retrying", self.config.name)
+            except BaseException:
+                self._stop_locked(keep_logs=True)
+                self._leave_ray_head()
+                raise
+        self._start_monitor(self._launch)
+        _track(self)
+        info = self.info()
+        logger.info("Gym stack %s ready in %.1fs: %s", self.config.name, info.ready_seconds, info.server_urls)
+        return info
 
     def stop(self) -> None:
         """Stop every process of the stack (graceful, then forced), bounded and idempotent; the last stack
@@ -393,34 +410,6 @@ class GymStack:
             ports=reservation,
         )
 
-    def _wait_ready(self, launch: Launch) -> None:
-        deadline = launch.started_at + self.config.start_timeout
-        pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
-        while pending:
-            if launch.supervisor.poll() is not None:
-                summary = failure_summary(launch.log_path, self.config.name)
-                raise StackStartError(f"{summary}\n(full log: {launch.log_path})")
-            for name, port in list(pending.items()):
-                if http_ok(port, HOST):
-                    del pending[name]
-            if not pending:
-                break
-            if time.monotonic() > deadline:
-                waiting = "\n".join(
-                    f"{name}'s last lines:\n"
-                    + "\n".join(f"  {line}" for line in server_lines(launch.log_path, name, 10))
-                    for name in sorted(pending)
-                    if name != "head_server"
-                )
-                raise StackStartError(
-                    f"Gym stack {self.config.name}: {sorted(pending)} did not answer within "
-                    f"{self.config.start_timeout:.0f}s.\n{waiting or log_tail(launch.log_path)}\n"
-                    f"(full log: {launch.log_path})"
-                )
-            time.sleep(0.1)
-        launch.ready_seconds = time.monotonic() - launch.started_at
-        launch.ready = True
-
     def _stop_locked(self, keep_logs: bool = False) -> None:
         """Stop the launch; its run folder goes, its logs stay only when ``keep_logs`` or it died."""
         if self._monitor is not None:
@@ -459,6 +448,35 @@ class GymStack:
     def _mark_dead(self, launch: Launch, reason: str) -> None:
         if self._deaths.die(launch.generation, reason):
             logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
+
+
+def _wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
+    """Wait until every server of ``launch`` answers; ``StackStartError`` when ng_run exits or time is up."""
+    deadline = launch.started_at + start_timeout
+    pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
+    while pending:
+        if launch.supervisor.poll() is not None:
+            summary = failure_summary(launch.log_path, stack_name)
+            raise StackStartError(f"{summary}\n(full log: {launch.log_path})")
+        for name, port in list(pending.items()):
+            if http_ok(port, HOST):
+                del pending[name]
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            waiting = "\n".join(
+                f"{name}'s last lines:\n" + "\n".join(f"  {line}" for line in server_lines(launch.log_path, name, 10))
+                for name in sorted(pending)
+                if name != "head_server"
+            )
+            raise StackStartError(
+                f"Gym stack {stack_name}: {sorted(pending)} did not answer within "
+                f"{start_timeout:.0f}s.\n{waiting or log_tail(launch.log_path)}\n"
+                f"(full log: {launch.log_path})"
+            )
+        time.sleep(0.1)
+    launch.ready_seconds = time.monotonic() - launch.started_at
+    launch.ready = True
 
 
 # -- process-wide registry: one stack per (process, config), teardown at exit -----------------------
