@@ -357,7 +357,7 @@ class NeMoGymHarness:
         if stack is None or stack.generation == 0:
             return await self.astart()
         try:
-            await asyncio.to_thread(stack.start, stack.generation)
+            await asyncio.to_thread(stack.start, time.monotonic())
         except StackStartError as exc:
             raise GymServerDown(f"the Gym stack is down and could not be restarted: {exc}") from None
         return stack

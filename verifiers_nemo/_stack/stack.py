@@ -122,8 +122,8 @@ class GymStack:
         self._ray_head: RayHead | None = None
         self.runtime: GymRuntime | None = None
         self._instances = stack_servers(config)
-        self._start_error: StackStartError | None = None
-        """Why the last start failed (None once one succeeds): what the callers queued behind it are told."""
+        self._start_failure: tuple[float, StackStartError] | None = None
+        """When and why the last start failed (None once one succeeds): what the callers queued behind it are told."""
 
     @property
     def agent_names(self) -> tuple[str, ...]:
@@ -131,24 +131,25 @@ class GymStack:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self, died: int | None = None) -> StackInfo:
+    def start(self, asked_at: float | None = None) -> StackInfo:
         """Launch the stack and wait until every server answers; a no-op when it already runs.
 
-        ``died``: the generation a caller (a rollout) saw die. If a restart was tried since and failed, its
-        error is raised instead of another try: the rollouts queued behind a failed restart share its
-        verdict rather than each start the stack in turn (a later one, which saw the failed try, tries again)."""
+        ``asked_at``: when (``time.monotonic()``) a caller, a rollout, found the stack down. If a start has
+        failed since, its error is raised instead of another try: the rollouts queued behind a failed
+        restart share its verdict rather than each start the stack in turn (a later one tries again)."""
         with self._lock:
             if self.running:
                 return self.info()
-            if died is not None and died != self._generation and self._start_error is not None:
-                raise self._start_error
+            failed = self._start_failure
+            if asked_at is not None and failed is not None and failed[0] > asked_at:
+                raise failed[1]
             if self._launch is not None:
                 self._stop_locked()
-            self._start_error = None
+            self._start_failure = None
             try:
                 return self._start_locked()
             except StackStartError as exc:
-                self._start_error = exc
+                self._start_failure = (time.monotonic(), exc)
                 raise
 
     def _start_locked(self) -> StackInfo:
