@@ -179,7 +179,7 @@ class GymAgentError(RolloutError):
 
 
 class GymServerDown(RolloutError):
-    """A process of the Gym stack died or stopped answering during the rollout."""
+    """A process of the Gym stack died or stopped answering during the rollout, or its restart failed."""
 
     type = "gym_server_down"
 
