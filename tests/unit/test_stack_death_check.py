@@ -30,6 +30,8 @@ class FakeStack:
     """A stack whose monitor reports a death after ``dies_after`` seconds (never if None) and whose own
     probe answers ``probe_alive``."""
 
+    generation = 1
+
     def __init__(self, *, dies_after: float | None, probe_alive: bool) -> None:
         self.deaths = Deaths()
         self.deaths.begin(1)
@@ -131,7 +133,6 @@ async def test_an_answer_cut_off_mid_body_is_a_typed_failure_not_an_exception() 
     """The agent's connection breaking after its headers is an unanswered /run like any other: the stack is
     asked whether it died (here it lives) and the rollout fails typed, its route given up."""
     stack = FakeStack(dies_after=None, probe_alive=True)
-    stack.generation = 1  # type: ignore[attr-defined]
 
     async def running_stack() -> FakeStack:
         return stack
