@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from aiohttp import web
 from tests.unit.fake_upstream import FakeUpstream
 from verifiers_nemo import ConfigurationError
 from verifiers_nemo._cli import build_parser, main, new_settings, resumed_settings
+from verifiers_nemo._cli.settings import CONSUMED_ELSEWHERE, FIELDS
 from verifiers_nemo._eval import EvalSettings, Evaluation, check_env_args, resolve_nemo_env
 from verifiers_nemo._eval.preflight import (
     ApiKey,
@@ -91,6 +94,7 @@ def test_bad_flag_values_exit_2_with_one_message(
         (["eval", ENV, "-a", '{"num_examples": 3}'], "'num_examples' is set by the eval command's flags"),
         (["eval", ENV, "-a", '{"dataset": "x"}'], "-a dataset picks the tasks for a model endpoint"),
         (["eval", "-R", "no/such/dir"], "-R no/such/dir: no metadata.json there"),
+        (["eval", ENV, "--exact-tokens"], "--exact-tokens needs a vLLM endpoint started with --enable-scale-out"),
     ],
 )
 def test_bad_input_exits_2_before_anything_starts(
@@ -230,6 +234,112 @@ def test_resume_says_all_examples_where_the_saved_run_had_no_n() -> None:
 
     assert "-n 3 differs from the resumed run's (all examples)" in str(info.value)
     assert "None" not in str(info.value)
+
+
+# ---- every eval flag reaches the settings (fresh and resumed runs alike)
+
+
+def _eval_flags() -> set[str]:
+    """The eval command's flags (argparse dests), read from the parser itself."""
+    eval_parser = build_parser()._subparsers._group_actions[0].choices["eval"]  # type: ignore[union-attr]
+    return {action.dest for action in eval_parser._actions if not isinstance(action, argparse._HelpAction)}
+
+
+def test_every_eval_flag_sets_a_setting_or_is_consumed_elsewhere() -> None:
+    mapped = [dest for spec in FIELDS.values() for dest in spec.flags]
+    flags = _eval_flags()
+
+    assert sorted(flags - set(mapped) - set(CONSUMED_ELSEWHERE)) == [], "flags parsed but neither mapped nor consumed"
+    assert len(mapped) == len(set(mapped)) and not set(mapped) & set(CONSUMED_ELSEWHERE)
+    assert set(mapped) | set(CONSUMED_ELSEWHERE) <= flags, "mapped names that are no flag of the parser"
+    assert set(FIELDS) <= {f.name for f in fields(EvalSettings)}
+
+
+URL = "http://h:1/v1"
+FLAG_EFFECTS: dict[str, tuple[list[str], list[str]]] = {
+    # dest: (flags it needs beside it, the flag itself); the run is `ENV -b URL` unless the flag changes that
+    "env": ([], ["example_single_tool_call"]),
+    "model": ([], ["-m", "org/other"]),
+    "base_url": ([], ["-b", "http://other:2/v1"]),
+    "api_key_var": ([], ["-k", "MY_KEY"]),
+    "api": ([], ["--api", "chat"]),
+    "policy": ([], ["--policy", "replay"]),
+    "num_examples": ([], ["-n", "2"]),
+    "rollouts_per_example": ([], ["-r", "3"]),
+    "max_concurrent": ([], ["-c", "3"]),
+    "timeout": ([], ["--timeout", "5"]),
+    "env_args": ([], ["-a", '{"max_steps": 3}']),
+    "sampling_args": ([], ["-S", '{"top_p": 0.5}']),
+    "max_tokens": ([], ["-t", "7"]),
+    "temperature": ([], ["-T", "0.5"]),
+    "return_tokens": ([], ["--return-tokens"]),
+    "save_trace": ([], ["--save-trace"]),
+    "pass_threshold": ([], ["--pass-threshold", "0.9"]),
+    "judge_base_url": ([], ["--judge-base-url", "http://j:1/v1", "--judge-model", "J"]),
+    "judge_model": (["--judge-base-url", "http://j:1/v1"], ["--judge-model", "J"]),
+    "judge_api_key_var": (["--judge", "g=http://j:1/v1,J"], ["--judge-api-key-var", "JUDGE_KEY"]),
+    "judge_api": (["--judge", "g=http://j:1/v1,J"], ["--judge-api", "chat"]),
+    "judge": ([], ["--judge", "g=http://j:1/v1,J"]),
+    "ray": ([], ["--ray"]),
+    "workers": (["--ray"], ["--workers", "2"]),
+    "cpus_per_stack": (["--ray"], ["--cpus-per-stack", "2"]),
+    "exact_tokens": ([], ["--exact-tokens"]),
+}
+"""One use of every mapped flag, so a flag added to the parser and the mapping needs an effect here too."""
+FIELD_OF = {dest: name for name, spec in FIELDS.items() for dest in spec.flags}
+
+
+def _eval_argv(dest: str, with_flag: bool) -> list[str]:
+    context, flag = FLAG_EFFECTS[dest]
+    if dest == "env":
+        return [*(flag if with_flag else [ENV]), "-b", URL, *context]
+    return [ENV, "-b", URL, *context, *(flag if with_flag else [])]
+
+
+def test_every_mapped_flag_has_an_effect_below() -> None:
+    assert set(FLAG_EFFECTS) == set(FIELD_OF)
+
+
+@pytest.mark.parametrize("dest", sorted(FLAG_EFFECTS))
+def test_a_fresh_run_takes_every_flag(dest: str) -> None:
+    name = FIELD_OF[dest]
+    try:
+        without = new_settings(_args(*_eval_argv(dest, False)))
+    except ConfigurationError as exc:  # the flag completes a pair: without it the run is refused
+        assert FIELDS[name].label.strip("*") in str(exc) or "go together" in str(exc)
+        without = None
+    try:
+        given = new_settings(_args(*_eval_argv(dest, True)))
+    except ConfigurationError as exc:  # a flag refused in this combination was read too
+        assert dest == "policy" and "drop -b" in str(exc)
+        return
+    assert without is None or getattr(given, name) != getattr(without, name), f"{dest} left {name} unchanged"
+
+
+@pytest.mark.parametrize("dest", sorted(FLAG_EFFECTS))
+def test_a_resumed_run_takes_or_refuses_every_flag(dest: str) -> None:
+    from verifiers_nemo._eval import RUN_DEFINING
+
+    name = FIELD_OF[dest]
+    context, _ = FLAG_EFFECTS[dest]
+    saved = new_settings(_args(ENV, "-b", URL, *(c for c in context if dest != "judge_model")))
+    argv = _eval_argv(dest, True)
+    resume = ["-R", "x", *argv[1:]] if dest != "env" else [*argv[:1], "-R", "x"]
+
+    if name in RUN_DEFINING:
+        with pytest.raises(ConfigurationError, match=f"{FIELDS[name].label} .* differs from the resumed run's"):
+            resumed_settings(_args(*resume), saved)
+    else:
+        resumed = resumed_settings(_args(*resume), saved)
+        assert getattr(resumed, name) != getattr(saved, name), f"{dest} left {name} unchanged on resume"
+
+
+def test_exact_tokens_reaches_a_fresh_run_and_is_kept_on_resume() -> None:
+    settings = new_settings(_args(ENV, "-b", URL, "-m", "m", "--return-tokens", "--exact-tokens"))
+
+    assert settings.exact_tokens is True and settings.sampling_args == {"return_tokens": True}
+    assert settings.to_dict()["exact_tokens"] is True  # what metadata.json saves
+    assert resumed_settings(_args("-R", "x"), settings).exact_tokens is True
 
 
 # ---- preflight pieces

@@ -1,9 +1,15 @@
-"""The eval flags as ``EvalSettings``: a fresh run's, or a resumed run's (its saved settings, with
-only the flags that may change between sessions applied)."""
+"""The eval flags as ``EvalSettings``: a fresh run's, or a resumed run's (its saved settings, with only the
+flags that may change between sessions applied).
+
+``FIELDS`` is the one mapping from the eval parser's flags (argparse ``dest``) to the ``EvalSettings`` field each
+sets; ``CONSUMED_ELSEWHERE`` names the flags that set no field and where they act. Fresh and resumed runs read the
+flags only through ``given_fields``, so a flag in the mapping cannot be parsed and dropped.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ConfigurationError
@@ -11,37 +17,51 @@ from .._exceptions import ConfigurationError
 if TYPE_CHECKING:
     from .._eval import EvalSettings
 
-DEFAULTS: dict[str, Any] = {
-    "rollouts_per_example": 1,
-    "max_concurrent": 32,
-    "timeout": 600.0,
-    "api": "responses",
-    "pass_threshold": 0.5,
+
+@dataclass(frozen=True)
+class SettingFlags:
+    """An ``EvalSettings`` field the flags set: from which flags (argparse dests), named how in messages."""
+
+    flags: tuple[str, ...]
+    label: str
+
+
+FIELDS: dict[str, SettingFlags] = {
+    "env": SettingFlags(("env",), "ENV"),
+    "model": SettingFlags(("model",), "-m"),
+    "base_url": SettingFlags(("base_url",), "-b"),
+    "api_key_var": SettingFlags(("api_key_var",), "-k"),
+    "api": SettingFlags(("api",), "--api"),
+    "policy": SettingFlags(("policy",), "--policy"),
+    "num_examples": SettingFlags(("num_examples",), "-n"),
+    "rollouts_per_example": SettingFlags(("rollouts_per_example",), "-r"),
+    "max_concurrent": SettingFlags(("max_concurrent",), "-c"),
+    "timeout": SettingFlags(("timeout",), "--timeout"),
+    "env_args": SettingFlags(("env_args",), "-a"),
+    "sampling_args": SettingFlags(("sampling_args", "max_tokens", "temperature", "return_tokens"), "-S/-t/-T"),
+    "save_trace": SettingFlags(("save_trace",), "--save-trace"),
+    "pass_threshold": SettingFlags(("pass_threshold",), "--pass-threshold"),
+    "judges": SettingFlags(("judge_base_url", "judge_model", "judge_api_key_var", "judge_api", "judge"), "--judge*"),
+    "ray": SettingFlags(("ray",), "--ray"),
+    "workers": SettingFlags(("workers",), "--workers"),
+    "cpus_per_stack": SettingFlags(("cpus_per_stack",), "--cpus-per-stack"),
+    "exact_tokens": SettingFlags(("exact_tokens",), "--exact-tokens"),
 }
+"""``EvalSettings`` field → the flags that set it (``nemo_env`` is derived from ENV and ``-a``)."""
+
+CONSUMED_ELSEWHERE: dict[str, str] = {
+    "save": "cmd_eval: save a run folder",
+    "output_dir": "cmd_eval: where the run folder goes (refused with -R)",
+    "resume": "cmd_eval: the run folder whose saved settings are resumed",
+    "report": "cmd_eval: write report.html at the end",
+    "verbose": "main: the log level",
+}
+"""Eval flags that set no ``EvalSettings`` field, and what reads them."""
 
 
-def _explicit(args: argparse.Namespace) -> dict[str, Any]:
-    """The eval flags the user gave (argparse defaults are None so absence is visible)."""
-    names = (
-        "model",
-        "base_url",
-        "api_key_var",
-        "api",
-        "policy",
-        "num_examples",
-        "rollouts_per_example",
-        "max_concurrent",
-        "timeout",
-        "env_args",
-        "sampling_args",
-        "save_trace",
-        "pass_threshold",
-        "ray",
-        "workers",
-        "cpus_per_stack",
-        "exact_tokens",
-    )
-    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+def _is_given(value: Any) -> bool:
+    """Whether a flag was given: the eval flags default to None (store_true ones may default to False)."""
+    return value is not None and value is not False
 
 
 def _sampling_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -51,55 +71,55 @@ def _sampling_args(args: argparse.Namespace) -> dict[str, Any]:
         sampling["max_tokens"] = args.max_tokens
     if args.temperature is not None:
         sampling["temperature"] = args.temperature
-    if getattr(args, "return_tokens", False):
+    if args.return_tokens:
         sampling["return_tokens"] = True  # Endpoint.return_tokens, as a sampling arg
     return sampling
+
+
+_COMBINED = {"sampling_args": _sampling_args, "judges": lambda args: judge_settings(args)}
+"""Fields several flags build together (one flag each otherwise)."""
+
+
+def given_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``EvalSettings`` fields the user's flags set (absent flags leave their field out)."""
+    given: dict[str, Any] = {}
+    for name, spec in FIELDS.items():
+        if not any(_is_given(getattr(args, dest)) for dest in spec.flags):
+            continue
+        given[name] = _COMBINED[name](args) if name in _COMBINED else getattr(args, spec.flags[0])
+    return given
 
 
 def new_settings(args: argparse.Namespace) -> EvalSettings:
     """Settings of a fresh run from the flags (raises ConfigurationError on a bad combination)."""
     from .._eval import REPLAY_MODEL, EvalSettings, resolve_nemo_env
 
-    if not args.env:
+    given = given_fields(args)
+    if not given.get("env"):
         raise ConfigurationError("name the environment to evaluate (ENV), or resume a run with -R DIR.")
-    policy = args.policy or ("endpoint" if args.base_url else "replay")
+    policy = given.setdefault("policy", "endpoint" if "base_url" in given else "replay")
     if policy == "replay":
-        if args.base_url:
+        if "base_url" in given:
             raise ConfigurationError(
                 "--policy replay answers with recorded rollouts; drop -b (or use --policy endpoint)."
             )
-        if args.model:
+        if "model" in given:
             raise ConfigurationError(
                 "-m needs an endpoint: add -b URL (without -b the recorded rollouts are replayed)."
             )
-        if args.api_key_var:
+        if "api_key_var" in given:
             raise ConfigurationError("-k needs an endpoint: add -b URL (the replay policy needs no key).")
-    elif not args.base_url:
+        if "exact_tokens" in given:
+            raise ConfigurationError(
+                "--exact-tokens needs a vLLM endpoint started with --enable-scale-out: add -b URL -m MODEL."
+            )
+    elif "base_url" not in given:
         raise ConfigurationError("--policy endpoint needs -b URL (the OpenAI-compatible base URL).")
-    if (args.workers or args.cpus_per_stack) and not args.ray:
+    if ("workers" in given or "cpus_per_stack" in given) and "ray" not in given:
         raise ConfigurationError("--workers and --cpus-per-stack place Ray actors: add --ray [ADDRESS].")
-    env_args = dict(args.env_args or {})
-    return EvalSettings(
-        env=args.env,
-        nemo_env=resolve_nemo_env(args.env, env_args),
-        policy=policy,
-        model=REPLAY_MODEL if policy == "replay" else (args.model or ""),
-        base_url=args.base_url,
-        api=args.api or DEFAULTS["api"],
-        api_key_var=args.api_key_var,
-        num_examples=args.num_examples,
-        rollouts_per_example=args.rollouts_per_example or DEFAULTS["rollouts_per_example"],
-        max_concurrent=args.max_concurrent or DEFAULTS["max_concurrent"],
-        sampling_args=_sampling_args(args),
-        env_args=env_args,
-        timeout=args.timeout or DEFAULTS["timeout"],
-        pass_threshold=DEFAULTS["pass_threshold"] if args.pass_threshold is None else args.pass_threshold,
-        save_trace=bool(args.save_trace),
-        judges=judge_settings(args),
-        ray=args.ray,
-        workers=args.workers,
-        cpus_per_stack=args.cpus_per_stack,
-    )
+    given["nemo_env"] = resolve_nemo_env(given["env"], given.get("env_args", {}))
+    given["model"] = REPLAY_MODEL if policy == "replay" else given.get("model", "")
+    return EvalSettings(**given)
 
 
 def judge_settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -128,45 +148,24 @@ def judge_settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSettings:
-    """The saved settings with the flags that may change between sessions applied; others must agree."""
-    from dataclasses import replace
-
+    """The saved settings with the flags that may change between sessions applied; others must agree
+    (a resumed run keeps its judges unless given again)."""
     from .._eval import RUN_DEFINING
 
-    given = _explicit(args)
-    if (
-        args.sampling_args is not None
-        or args.max_tokens is not None
-        or args.temperature is not None
-        or getattr(args, "return_tokens", False)
-    ):
-        given["sampling_args"] = _sampling_args(args)
-    if args.env is not None:
-        given["env"] = args.env
     if args.output_dir is not None:
         raise ConfigurationError("-o has no effect with -R: the run's folder is DIR itself.")
-    flags = {"env": "ENV", "model": "-m", "api": "--api", "policy": "--policy", "num_examples": "-n"}
-    flags |= {
-        "rollouts_per_example": "-r",
-        "sampling_args": "-S/-t/-T",
-        "env_args": "-a",
-        "save_trace": "--save-trace",
-        "exact_tokens": "--exact-tokens",
-    }
+    given = given_fields(args)
     for name in RUN_DEFINING:
         if name in given and given[name] != getattr(saved, name):
+            label = FIELDS[name].label if name in FIELDS else name
             raise ConfigurationError(
-                f"{flags.get(name, name)} {given[name]!r} differs from the resumed run's "
+                f"{label} {given[name]!r} differs from the resumed run's "
                 f"{_saved_value(name, getattr(saved, name))}; a resumed run keeps its settings "
                 "(start a new run to change it)."
             )
-    if saved.policy == "replay" and args.base_url:
+    if saved.policy == "replay" and "base_url" in given:
         raise ConfigurationError("the resumed run replays recorded rollouts; drop -b.")
-    changes = {k: v for k, v in given.items() if k not in RUN_DEFINING}
-    judges = judge_settings(args)
-    if judges:  # a resumed run keeps its judges unless given again
-        changes["judges"] = judges
-    return replace(saved, **changes)
+    return replace(saved, **{k: v for k, v in given.items() if k not in RUN_DEFINING})
 
 
 def _saved_value(name: str, value: Any) -> str:
