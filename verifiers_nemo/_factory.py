@@ -84,8 +84,9 @@ def load_environment(
 ) -> NeMoGymEnv:
     """Load a packaged NeMo Gym environment: its tasks and a harness that runs them on the real stack.
 
-    ``harness_args`` go to ``NeMoGymHarness`` (``gym_python``, ``timeout``, ``max_steps``,
-    ``isolated_venvs``...). The stack starts on first use, not here.
+    ``harness_args`` go to ``NeMoGymHarness`` (``gym_python``, ``gym_version``, ``timeout``, ``max_steps``,
+    ``isolated_venvs``...); the tasks are read from the packaged data of that same Gym runtime. The stack starts
+    on first use, not here.
     """
     taskset = NeMoGymTaskset(
         nemo_env,
@@ -97,8 +98,9 @@ def load_environment(
         seed=seed,
         rollouts_per_task=rollouts_per_example,
         agent=harness_args.get("agent"),  # the taskset refuses an agent the environment does not define
-        root=harness_args.get("root"),
+        root=harness_args.pop("root", None),
+        gym_python=harness_args.pop("gym_python", None),  # the rows of the release the harness runs
+        gym_version=harness_args.pop("gym_version", None),
     )
-    harness_args.pop("root", None)
-    harness = NeMoGymHarness(nemo_env, taskset=taskset, **harness_args)
+    harness = NeMoGymHarness(nemo_env, taskset=taskset, **harness_args)  # runs the taskset's Gym runtime
     return NeMoGymEnv(taskset, harness)

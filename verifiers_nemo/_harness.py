@@ -31,7 +31,7 @@ from ._stack import GymStack, acquire_stack, release_stack
 from ._stack.agent_client import DEATH_GRACE_S, GymAgentClient
 from ._stack.options import DEFAULT_MAX_STEPS, StackOptions
 from ._sync import run_blocking
-from ._tasks import NeMoGymTaskset, Task
+from ._tasks import NeMoGymTaskset, Task, harness_runtime
 from ._upstreams import Upstream
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,9 @@ class NeMoGymHarness:
 
     The Gym runtime is ``gym_python`` (an interpreter with nemo-gym), else ``VERIFIERS_NEMO_GYM_PYTHON``, else
     this interpreter when it has nemo-gym, else a managed one of the nemo-gym series ``gym_version`` (``"0.7"``,
-    ``"0.4"``; default: the newest an interpreter on this machine runs).
+    ``"0.4"``; default: the newest an interpreter on this machine runs). Given ``taskset=`` and neither, it runs the
+    taskset's (``NeMoGymTaskset(gym_python=, gym_version=)``); naming a release other than the one the taskset read
+    its rows from is refused.
 
     Stacks join the process's one Ray head (``shared_ray=True``); pass ``shared_ray=False`` to let each
     stack's ``ng_run`` start a Ray cluster of its own, or ``overrides=["+ray_head_node_address=HOST:PORT"]``
@@ -116,6 +118,7 @@ class NeMoGymHarness:
     ) -> None:
         if taskset is not None and nemo_env is None:
             nemo_env = taskset.env_name
+        gym_python, gym_version = harness_runtime(taskset, gym_python, gym_version)  # the taskset's, if none here
         if nemo_env is None and not config_paths:
             raise ConfigurationError("NeMoGymHarness needs nemo_env=, taskset= or config_paths=.")
         self.env_name = nemo_env or Path(str(config_paths[0])).stem  # type: ignore[index]

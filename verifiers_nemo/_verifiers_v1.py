@@ -70,7 +70,8 @@ class GymTasksetConfig(vf.TasksetConfig):
     seed: int = 0
     gym_python: str | None = None
     """The interpreter with nemo-gym (default: this one if it has nemo-gym, else
-    ``VERIFIERS_NEMO_GYM_PYTHON``, else a managed venv built once with uv)."""
+    ``VERIFIERS_NEMO_GYM_PYTHON``, else a managed venv built once with uv). Its release runs the rollouts, and
+    the packaged rows (recordings included) are that release's."""
     task: GymTaskConfig = GymTaskConfig()
 
     @model_validator(mode="after")
@@ -140,16 +141,13 @@ class GymTaskset(vf.Taskset[GymTask, GymTasksetConfig]):
 
 
 def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
-    from ._gym import gym_root
-
-    root = None if config.jsonl_path is not None and not config.nemo_env else gym_root(config.gym_python)
     taskset = NeMoGymTaskset(
         config.nemo_env or None,
         dataset=config.dataset,
         jsonl_path=config.jsonl_path,
         recorded=config.recorded,
         limit=config.limit,
-        root=root,
+        gym_python=config.gym_python,  # the rows of the release GymEnv runs (the same gym_python)
     )
     return replay_tasks(taskset) if config.recorded else list(taskset)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -484,3 +486,97 @@ def test_environment_without_an_agent_explains_there_is_nothing_to_load() -> Non
         with pytest.raises(TasksetError, match="defines no agent") as caught:
             taskset("gdpval", **kwargs)
         assert str(environment.directory) in str(caught.value)
+
+
+# ---- which nemo-gym release's rows: the Gym runtime named once, as the harness finds its own
+
+ENV_OF_TWO_RELEASES = "example_single_tool_call"
+
+
+@pytest.fixture
+def other_release(tmp_path: Path) -> tuple[str, Path]:
+    """A second Gym runtime (interpreter, root) whose packaged recordings of one environment differ from the
+    installed release's, as 0.7.0's do from 0.4.0's: an interpreter (this one, run with another root first on its
+    path) that finds a nemo-gym 0.7.0 there. No stack: only the files a taskset reads."""
+    root = tmp_path / "site-packages"
+    (root / "nemo_gym").mkdir(parents=True)
+    (root / "nemo_gym" / "__init__.py").write_text("")
+    shutil.copy(GYM_ROOT / "nemo_gym" / "openai_utils.py", root / "nemo_gym" / "openai_utils.py")
+    (root / "nemo_gym-0.7.0.dist-info").mkdir()
+    (root / "nemo_gym-0.7.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: nemo-gym\nVersion: 0.7.0\n"
+    )
+    source = GYM_ROOT / "resources_servers" / ENV_OF_TWO_RELEASES
+    target = root / "resources_servers" / ENV_OF_TWO_RELEASES
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(GYM_ROOT / "responses_api_agents" / "simple_agent", root / "responses_api_agents" / "simple_agent")
+    recordings = [json.loads(line) for line in (source / "data" / "example_rollouts.jsonl").open()]
+    for recording in recordings[:2]:
+        recording["reward"] = 1.0 - recording["reward"]  # 0.7.0 records 0.0 where 0.4.0 has 1.0 (rows 0 and 1)
+    write_jsonl(target / "data" / "example_rollouts.jsonl", recordings[:4])
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{root}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    return str(python), root.resolve()
+
+
+def rewards(tasks: NeMoGymTaskset) -> list[float | None]:
+    return [task.recorded_reward for task in tasks]
+
+
+def test_a_taskset_reads_the_packaged_rows_of_the_gym_runtime_it_names(other_release: tuple[str, Path]) -> None:
+    python, root = other_release
+    installed = NeMoGymTaskset(ENV_OF_TWO_RELEASES, recorded=True)
+    named = NeMoGymTaskset(ENV_OF_TWO_RELEASES, recorded=True, gym_python=python)
+
+    assert rewards(named) != rewards(installed)[:4] and len(named) == 4
+    assert named.gym_root == root and named.env is not None and named.env.root == root
+    assert all(task.source.startswith(str(root)) for task in named)
+    assert installed.gym_root == GYM_ROOT.resolve() and named.gym_python == python
+    rebuilt = NeMoGymTaskset.from_dataset(named.to_dataset(), gym_python=python)
+    assert rebuilt.gym_root == root and rebuilt.env is not None and rebuilt.env.root == root
+
+
+def test_a_harness_given_the_taskset_runs_the_tasksets_gym_runtime(other_release: tuple[str, Path]) -> None:
+    """Named once: the harness takes the taskset's runtime (nothing starts)."""
+    from verifiers_nemo import NeMoGymHarness
+
+    python, root = other_release
+    for kwargs in ({"gym_python": python}, {"gym_version": "0.4"}, {}):
+        tasks = NeMoGymTaskset(ENV_OF_TWO_RELEASES, recorded=True, **kwargs)
+        harness = NeMoGymHarness(taskset=tasks)
+        assert (harness.options.gym_python, harness.options.gym_version) == (tasks.gym_python, tasks.gym_version)
+        assert harness.options.root().resolve() == tasks.gym_root, kwargs
+    assert NeMoGymHarness(taskset=NeMoGymTaskset(ENV_OF_TWO_RELEASES, gym_python=python)).options.root() == root
+
+
+def test_a_harness_naming_another_release_than_its_tasksets_is_refused(other_release: tuple[str, Path]) -> None:
+    """The defect this guards: a 0.7 harness given 0.4's recorded rows reproduced 3 of 5 rewards, silently."""
+    from verifiers_nemo import NeMoGymHarness
+
+    python, root = other_release
+    with pytest.raises(ConfigurationError, match=r"0\.4\.0.*0\.7\.0.*Name the Gym runtime once"):
+        NeMoGymHarness(taskset=NeMoGymTaskset(ENV_OF_TWO_RELEASES, recorded=True), gym_python=python)
+    with pytest.raises(ConfigurationError, match=r"0\.7\.0.*0\.4\.0"):
+        NeMoGymHarness(taskset=NeMoGymTaskset(ENV_OF_TWO_RELEASES, gym_python=python), gym_python=sys.executable)
+    same = NeMoGymHarness(taskset=NeMoGymTaskset(ENV_OF_TWO_RELEASES, gym_python=python), gym_python=python)
+    assert same.options.root() == root
+
+
+def test_load_environment_reads_the_rows_of_the_runtime_its_harness_runs(other_release: tuple[str, Path]) -> None:
+    from verifiers_nemo import load_environment
+
+    python, root = other_release
+    env = load_environment(ENV_OF_TWO_RELEASES, recorded=True, gym_python=python)
+
+    assert env.taskset.gym_root == root and rewards(env.taskset) == rewards(
+        NeMoGymTaskset(ENV_OF_TWO_RELEASES, recorded=True, gym_python=python)
+    )
+    assert env.harness.options.gym_python == python and env.harness.options.root() == root
+
+
+def test_root_and_a_gym_runtime_together_are_refused(other_release: tuple[str, Path]) -> None:
+    python, _ = other_release
+    with pytest.raises(ConfigurationError, match="not both"):
+        NeMoGymTaskset(ENV_OF_TWO_RELEASES, root=GYM_ROOT, gym_python=python)

@@ -7,6 +7,6 @@ limit, reservoir sample, the compact ``RowStore``) → ``validation`` (a row che
 
 from .rows import SkippedRows
 from .task import Task
-from .taskset import NeMoGymTaskset
+from .taskset import NeMoGymTaskset, harness_runtime
 
-__all__ = ["NeMoGymTaskset", "SkippedRows", "Task"]
+__all__ = ["NeMoGymTaskset", "SkippedRows", "Task", "harness_runtime"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._exceptions import ConfigurationError, TasksetError
-from .._gym import EXAMPLE_ROLLOUTS, GymEnvironment
+from .._gym import EXAMPLE_ROLLOUTS, GymEnvironment, gym_root
 
 
 def check_arguments(
@@ -32,6 +32,23 @@ def check_arguments(
         raise ConfigurationError(f"limit must be a positive integer or None, not {limit!r}.")
     if isinstance(rollouts_per_task, bool) or not isinstance(rollouts_per_task, int) or rollouts_per_task < 1:
         raise ConfigurationError(f"rollouts_per_task must be a positive integer, not {rollouts_per_task!r}.")
+
+
+def resolve_gym_root(root: str | Path | None, gym_python: str | Path | None, gym_version: str | None) -> Path | None:
+    """The Gym root whose packaged data and schema a taskset reads: ``root`` as given, else the runtime that
+    ``gym_python`` / ``gym_version`` name, found as a harness finds its own (``find_gym_runtime``: the interpreter
+    named, ``VERIFIERS_NEMO_GYM_PYTHON``, this one when it has nemo-gym, a managed one of that series); ``None``
+    when nothing is named (the catalogue then asks that same order with no arguments)."""
+    if root is not None and (gym_python is not None or gym_version is not None):
+        raise ConfigurationError(
+            "Pass root= (a Gym root) or gym_python= / gym_version= (the Gym runtime whose packaged data to read), "
+            "not both."
+        )
+    if root is not None:
+        return Path(root).expanduser()
+    if gym_python is not None or gym_version is not None:
+        return gym_root(gym_python, gym_version)
+    return None
 
 
 def resolve_source(

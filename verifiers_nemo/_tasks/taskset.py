@@ -16,10 +16,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from .._gym import GymEnvironment, get_environment
+from .._exceptions import ConfigurationError
+from .._gym import GymEnvironment, get_environment, gym_root
+from .._gym.releases import installed_version
 from . import hf
 from .rows import LoadedRows, OnError, SkippedRows, read_rows
-from .source import check_arguments, resolve_source
+from .source import check_arguments, resolve_gym_root, resolve_source
 from .task import Task, row_example_id
 from .validation import RowChecker, gym_params, local_root
 
@@ -50,6 +52,13 @@ class NeMoGymTaskset(Sequence[Task]):
     held. Each row gives ``rollouts_per_task`` consecutive tasks (``aabbcc``), with rollout indices
     ``0..r-1``. ``on_error="skip"`` leaves bad rows out (see ``skipped``) instead of raising.
 
+    Which nemo-gym release's packaged data (and schema) the rows are read from follows the Gym runtime, found
+    as ``NeMoGymHarness`` finds its own: ``gym_python=`` (an interpreter with nemo-gym), else
+    ``VERIFIERS_NEMO_GYM_PYTHON``, else this interpreter when it has nemo-gym, else a managed one of the series
+    ``gym_version=`` (``"0.7"``, ``"0.4"``). Name it once: ``NeMoGymHarness(taskset=...)`` with no runtime of its
+    own runs on the taskset's, and one naming another release is refused. (``root=``, a Gym root directory, is
+    the low-level alternative to ``gym_python=`` / ``gym_version=``.)
+
     Rows are held as compact JSON text; indexing or iterating builds ``Task`` objects on demand.
     """
 
@@ -67,8 +76,11 @@ class NeMoGymTaskset(Sequence[Task]):
         rollouts_per_task: int = 1,
         on_error: OnError = "raise",
         root: str | Path | None = None,
+        gym_python: str | Path | None = None,
+        gym_version: str | None = None,
     ) -> None:
         check_arguments(nemo_env, dataset, jsonl_path, recorded, limit, rollouts_per_task, on_error)
+        root = resolve_gym_root(root, gym_python, gym_version)
         env = get_environment(nemo_env, root) if nemo_env is not None else None
         if env is not None and agent is not None:
             env.agent(agent)  # raises, listing the environment's agents
@@ -83,13 +95,22 @@ class NeMoGymTaskset(Sequence[Task]):
         )
         store, skipped = read_rows(path, checker, limit=limit, shuffle=shuffle, seed=seed, on_error=on_error)
         rows = LoadedRows(store, path, env.name if env else None, recorded, rollouts_per_task, skipped)
-        self._init(rows, env, root)
+        self._init(rows, env, root, gym_python, gym_version)
         logger.debug("loaded %d rows from %s (%d skipped)", store.size, path, skipped.count)
 
-    def _init(self, rows: LoadedRows, env: GymEnvironment | None, root: str | Path | None) -> None:
+    def _init(
+        self,
+        rows: LoadedRows,
+        env: GymEnvironment | None,
+        root: str | Path | None,
+        gym_python: str | Path | None = None,
+        gym_version: str | None = None,
+    ) -> None:
         self._rows = rows
         self._env = env
         self._root = root
+        self._gym_python = str(gym_python) if gym_python is not None else None
+        self._gym_version = gym_version
 
     # ---- what it holds
 
@@ -108,6 +129,27 @@ class NeMoGymTaskset(Sequence[Task]):
         if self._env is None and self._rows.env_name is not None:
             self._env = get_environment(self._rows.env_name, self._root)
         return self._env
+
+    @property
+    def gym_python(self) -> str | None:
+        """The Gym interpreter named by ``gym_python=`` (None when none was)."""
+        return self._gym_python
+
+    @property
+    def gym_version(self) -> str | None:
+        """The nemo-gym series named by ``gym_version=`` (None when none was)."""
+        return self._gym_version
+
+    @property
+    def gym_root(self) -> Path | None:
+        """The Gym root whose packaged data and schema the rows were read against (None for a JSONL file read
+        with no environment and no nemo-gym anywhere to check it against)."""
+        if self._root is not None:
+            return Path(self._root).expanduser().resolve()
+        if self.env is not None:
+            return self.env.root
+        found = local_root(None)
+        return found.resolve() if found is not None else None
 
     @property
     def recorded(self) -> bool:
@@ -205,8 +247,40 @@ class NeMoGymTaskset(Sequence[Task]):
         )
 
     @classmethod
-    def from_dataset(cls, dataset: Iterable[Mapping[str, Any]], *, root: str | Path | None = None) -> NeMoGymTaskset:
-        """Rebuild a taskset from ``to_dataset()``'s output (its ``info`` column)."""
+    def from_dataset(
+        cls,
+        dataset: Iterable[Mapping[str, Any]],
+        *,
+        root: str | Path | None = None,
+        gym_python: str | Path | None = None,
+        gym_version: str | None = None,
+    ) -> NeMoGymTaskset:
+        """Rebuild a taskset from ``to_dataset()``'s output (its ``info`` column); ``gym_python=`` /
+        ``gym_version=`` / ``root=`` as for the constructor."""
+        root = resolve_gym_root(root, gym_python, gym_version)
         taskset = cls.__new__(cls)
-        taskset._init(hf.from_dataset(dataset), None, root)
+        taskset._init(hf.from_dataset(dataset), None, root, gym_python, gym_version)
         return taskset
+
+
+def harness_runtime(
+    taskset: NeMoGymTaskset | None, gym_python: str | None, gym_version: str | None
+) -> tuple[str | None, str | None]:
+    """The Gym runtime (``gym_python``, ``gym_version``) of a harness given ``taskset``: the harness's own when it
+    names one, else the taskset's. A ``ConfigurationError`` when the harness names a runtime whose packaged
+    data are not the ones the taskset read (its rows, recordings included, would belong to another release)."""
+    if taskset is None:
+        return gym_python, gym_version
+    if gym_python is None and gym_version is None:
+        return taskset.gym_python, taskset.gym_version
+    read = taskset.gym_root if taskset.env_name is not None else None
+    if read is not None:
+        runs = gym_root(gym_python, gym_version).resolve()
+        if runs != read:
+            raise ConfigurationError(
+                f"The taskset's rows were read from the nemo-gym at {read} ({installed_version(read) or '?'}), "
+                f"but this harness runs the one at {runs} ({installed_version(runs) or '?'}). Name the Gym "
+                "runtime once: NeMoGymTaskset(..., gym_python=...) and NeMoGymHarness(taskset=...) without one, "
+                "or the same gym_python= / gym_version= on both."
+            )
+    return gym_python, gym_version
