@@ -139,6 +139,40 @@ async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_p
         assert trace["agent"]["trainable"] is False, trace["agent"]
 
 
+TWO_RELEASES_ENV = "example_single_tool_call"
+"""Its packaged recordings differ between releases: 0.7.0 recorded reward 0.0 on rows 0 and 1 where 0.4.0 recorded
+1.0 (same inputs), so a taskset that read the other release's rows reproduces 3 of 5 rewards, not 5."""
+
+
+def test_one_process_two_gym_releases_each_replays_the_recordings_of_its_own(gym07: str) -> None:
+    """A 0.7 harness and a 0.4 harness side by side, each given a taskset of the same environment's recordings:
+    the release is named once, on the taskset (`gym_python=`), and its harness runs it. Every recorded reward
+    reproduces on both stacks, through the replay policy."""
+    tasksets = {
+        "0.7.0": NeMoGymTaskset(TWO_RELEASES_ENV, recorded=True, gym_python=gym07),
+        "0.4.0": NeMoGymTaskset(TWO_RELEASES_ENV, recorded=True),  # this interpreter's nemo-gym
+    }
+    recorded = {version: [t.recorded_reward for t in taskset] for version, taskset in tasksets.items()}
+    assert recorded["0.7.0"] != recorded["0.4.0"], "the test needs recordings that differ between the releases"
+
+    async def replay(taskset: NeMoGymTaskset) -> tuple[str | None, list[tuple[float | None, float | None]]]:
+        tasks = replay_tasks(taskset)
+        with ReplayServer.from_tasks(tasks) as server:
+            async with NeMoGymHarness(taskset=taskset, timeout=120, start_timeout=600) as harness:
+                results = [r async for r in harness.run(tasks, server.endpoint_for, concurrency=5)]
+                version = harness.gym_version
+        by_index = {r.task_index: r for r in results}
+        assert all(r.error is None for r in results), [r.error for r in results]
+        return version, [(t.recorded_reward, by_index[t.task_index].reward) for t in tasks]
+
+    async def both() -> list[tuple[str | None, list[tuple[float | None, float | None]]]]:
+        return list(await asyncio.gather(*(replay(taskset) for taskset in tasksets.values())))
+
+    for expected, (version, pairs) in zip(tasksets, asyncio.run(both()), strict=True):
+        assert version == expected
+        assert len(pairs) == 5 and all(got == want for want, got in pairs), (version, pairs)
+
+
 REPRODUCIBLE_07 = {
     # Measured on nemo-gym 0.7.0: the offline environments (no judge, no extra packages, no external need)
     # whose recordings reproduce; the others are listed with their reason (unreproducible_reason, 0.7).
