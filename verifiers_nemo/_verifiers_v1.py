@@ -32,6 +32,7 @@ import verifiers.v1 as vf
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
 from ._endpoint import Endpoint
+from ._eval.token_ids import VERIFIERS_FIX, rollout_token_ids
 from ._exceptions import ConfigurationError, TasksetError
 from ._harness import DEFAULT_MAX_STEPS, NeMoGymHarness
 from ._judge import judge_endpoint
@@ -340,7 +341,7 @@ def _gym_task(data: GymTaskData) -> Task:
 
 
 def _outcome(result: RolloutResult) -> dict[str, Any]:
-    return {
+    outcome: dict[str, Any] = {
         "reward": result.reward,
         "metrics": {k: v for k, v in result.metrics.items() if isinstance(v, int | float) and math.isfinite(v)},
         "error": result.error.to_dict() if result.error is not None else None,
@@ -353,6 +354,10 @@ def _outcome(result: RolloutResult) -> dict[str, Any]:
         "timing": result.timing,
         "worker": result.worker,
     }
+    token_ids = rollout_token_ids(result.trace)
+    if token_ids is not None:  # token IDs recorded: whether they are one training sample, else where they broke
+        outcome["token_ids"] = token_ids if token_ids["contiguous"] else {**token_ids, "fix": VERIFIERS_FIX}
+    return outcome
 
 
 class GymEnvConfig(vf.EnvConfig):

@@ -20,6 +20,7 @@ from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
 from .progress import Progress
 from .report import REPORT_FILE, report_unavailable, write_and_tell
 from .settings import new_settings, resumed_settings
+from .token_warnings import TokenBreakWarnings
 
 if TYPE_CHECKING:
     from .._eval import EvalSettings, Evaluation, ResultsFolder
@@ -319,11 +320,14 @@ async def _execute(
             say(f"All {len(previous)} rollouts are already done; nothing to run.")
         else:
             await evaluation.start(progress)
+            breaks = TokenBreakWarnings(say) if settings.exact_tokens else None
             async for result in evaluation.run(pending, progress, done=len(previous)):
                 record = evaluation.record_of(result)
                 if folder is not None:
                     folder.append(record)
                 records.append(slim_record(record))
+                if breaks is not None:
+                    breaks.check(record)
     except asyncio.CancelledError:
         if not interrupt.cancelled:
             raise

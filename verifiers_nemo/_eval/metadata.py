@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .stats import replay_agreement, summarize, timing_summary
+from .token_ids import record_token_ids, summarize_token_ids
 
 if TYPE_CHECKING:
     from .results import ResultsFolder
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 
 
 def slim_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """What the summary needs of a result record (a trace can be large)."""
+    """What the summary needs of a result record (a trace can be large: a line saved before records carried
+    ``token_ids`` gets them from its trace)."""
     keep = (
         "task_index",
         "rollout_index",
@@ -29,7 +31,11 @@ def slim_record(record: Mapping[str, Any]) -> dict[str, Any]:
         "failure_kind",
         "failure_reason",
     )
-    return {k: record[k] for k in keep if k in record}
+    slim = {k: record[k] for k in keep if k in record}
+    token_ids = record_token_ids(record)
+    if token_ids is not None:
+        slim["token_ids"] = token_ids
+    return slim
 
 
 def run_metadata(
@@ -64,6 +70,9 @@ def run_metadata(
     judges = _judges_over(sessions)
     if judges:
         summary["judges"] = judges
+    token_ids = summarize_token_ids(records, exact_tokens=settings.exact_tokens)
+    if token_ids is not None:
+        summary["token_ids"] = token_ids
     return {
         "run_id": folder.run_id if folder else None,
         "path": str(folder.path) if folder else None,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .token_ids import describe_token_ids
+
 
 def fmt(value: float | None, digits: int = 3) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
@@ -83,6 +85,11 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
             f"{judge['failed']} failed",
             f"tokens in {judge.get('input_tokens', 0):,} out {judge.get('output_tokens', 0):,} (not in Tokens)",
         )
+    if s.get("token_ids"):
+        figures, _, fix = describe_token_ids(s["token_ids"]).partition("; ")
+        row("Token IDs", figures)
+        if fix:
+            row("", fix)
     usage = s["usage"]
     token_keys = ("input_tokens", "output_tokens", "total_tokens", "cached_tokens", "reasoning_tokens")
     if usage:

@@ -293,8 +293,14 @@ class Evaluation:
             await env.harness.aclose()
 
     def record_of(self, result: RolloutResult) -> dict[str, Any]:
-        """The ``results.jsonl`` line of a result (a replay's also carries the recorded reward)."""
+        """The ``results.jsonl`` line of a result (a replay's also carries the recorded reward; with token IDs
+        recorded, whether they are contiguous: ``token_ids``)."""
+        from .token_ids import rollout_token_ids
+
         record = result.to_dict(include_trace=self.settings.save_trace)
+        token_ids = rollout_token_ids(result.trace)
+        if token_ids is not None:
+            record["token_ids"] = token_ids
         if result.task_index in self.recorded_rewards:
             record["recorded_reward"] = self.recorded_rewards[result.task_index]
         return record

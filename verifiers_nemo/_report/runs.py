@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._eval.token_ids import VERIFIERS_FIX, describe_token_ids, record_token_ids, summarize_token_ids
 from .._exceptions import ConfigurationError
 from .transcript import Strings, from_messages, from_policy_calls, from_trace_nodes
 
@@ -51,6 +52,8 @@ class Rollout:
     call_latencies: list[float] = field(default_factory=list)
     recorded_reward: float | None = None
     transcript: dict[str, Any] = field(default_factory=dict)
+    token_ids: dict[str, Any] | None = None
+    """Whether its recorded token IDs are contiguous (``rollout_token_ids``); None when none were recorded."""
 
 
 @dataclass
@@ -238,6 +241,7 @@ def _load_results(folder: Path, strings: Strings) -> Run:
         timing = summary["timing"]
         info["wall time (s)"] = _rounded(timing.get("total_wall_s") or timing.get("wall_s"))
         info["stack start (s)"] = _rounded(timing.get("stack_start_s"))
+    info["token IDs"] = _token_ids_info(rollouts, exact_tokens=bool(settings.get("exact_tokens")))
     return Run(
         path=folder,
         source="verifiers-nemo eval",
@@ -278,6 +282,7 @@ def _rollout_of_record(record: Mapping[str, Any], settings: Mapping[str, Any], s
         latency_s=_number(timing.get("rollout_s")),
         recorded_reward=_number(record.get("recorded_reward")),
         transcript=transcript,
+        token_ids=record_token_ids(record),
     )
     return _finished(rollout, error, failure_kind, failure_reason)
 
@@ -351,6 +356,7 @@ def _load_traces(path: Path, strings: Strings) -> Run:
         "nemo-gym": "not recorded by verifiers",
         "run": ((config.get("run") or {}).get("name")) or path.parent.name,
         "folder": str(path.parent),
+        "token IDs": _token_ids_info(rollouts, exact_tokens=False, fix=VERIFIERS_FIX),
     }
     return Run(
         path=path.parent,
@@ -411,8 +417,16 @@ def _rollout_of_trace(
         latency_s=latency,
         recorded_reward=_number(task_data.get("recorded_reward")),
         transcript=transcript,
+        token_ids=gym.get("token_ids") if isinstance(gym.get("token_ids"), Mapping) else None,
     )
     return _finished(rollout, error, failure_kind, failure_reason)
+
+
+def _token_ids_info(rollouts: list[Rollout], *, exact_tokens: bool, fix: str | None = None) -> str | None:
+    """The run's token-ID figures as the summary words them (None when no rollout recorded token IDs)."""
+    records = [{"task_index": r.task, "rollout_index": r.rollout_index, "token_ids": r.token_ids} for r in rollouts]
+    summary = summarize_token_ids(records, exact_tokens=exact_tokens, **({"fix": fix} if fix else {}))
+    return describe_token_ids(summary) if summary is not None else None
 
 
 def _read_json(path: Path, notes: list[str]) -> dict[str, Any]:
