@@ -16,8 +16,17 @@ import pytest
 from tests.unit.report_runs import rollout_record, write_run
 from verifiers_nemo._cli.main import main
 from verifiers_nemo._eval.stats import summarize
-from verifiers_nemo._report import ReportError, load_run, write_report
-from verifiers_nemo._report.stats import compare, mean_ci, overview, pass_curves, t_quantile_975
+from verifiers_nemo._report import ReportError, figures, load_run, write_report
+from verifiers_nemo._report.stats import (
+    BOOTSTRAP,
+    WILSON,
+    bootstrap_interval,
+    compare,
+    mean_interval,
+    overview,
+    pass_curves,
+    wilson_interval,
+)
 from verifiers_nemo._report.transcript import Strings, from_policy_calls
 
 
@@ -213,12 +222,45 @@ def test_chat_shaped_requests_read_the_same() -> None:
 # -- statistics ------------------------------------------------------------------------------------------
 
 
-def test_t_quantiles_match_the_tables() -> None:
-    for df, value in [(1, 12.706), (5, 2.571), (11, 2.201), (20, 2.086), (30, 2.042), (100, 1.984), (1000, 1.962)]:
-        assert t_quantile_975(df) == pytest.approx(value, abs=2e-3)
-    mean, low, high = mean_ci([1.0, 2.0, 3.0, 4.0])
-    assert (mean, low, high) == pytest.approx(
-        (2.5, 2.5 - 3.182 * math.sqrt(5 / 3) / 2, 2.5 + 3.182 * math.sqrt(5 / 3) / 2), abs=1e-3
+def test_a_pass_rate_gets_the_wilson_interval_inside_0_and_1() -> None:
+    """3 of 5 tasks right: Student's t gave [-0.080, 1.280] (the issue's report); Wilson's is inside [0, 1]."""
+    mean, low, high, method = mean_interval([1.0, 1.0, 1.0, 0.0, 0.0])
+    assert (mean, method) == (0.6, WILSON)
+    assert (low, high) == pytest.approx((0.2307, 0.8824), abs=1e-4)  # the textbook values for 3/5
+    assert wilson_interval(5, 5) == pytest.approx((0.5655, 1.0), abs=1e-4), "all right: not the empty [1, 1]"
+    assert wilson_interval(0, 5)[0] == 0.0
+    assert mean_interval([1.0]) == (1.0, None, None, None)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1.0, 0.5, 0.5, 0.0, 1.0],  # rewards in [0, 1] over 2 rollouts a task
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5],  # near a bound: t reaches below 0
+        [0.9, 0.95, 1.0, 1.0, 0.2],  # continuous
+        [0.0] * 900 + [0.5] * 60 + [1.0] * 40,  # many tasks, few distinct values (the multinomial draw)
+        [i / 1999 for i in range(2000)],  # many tasks, all distinct (resampled one by one)
+    ],
+)
+def test_a_bootstrap_interval_stays_within_the_values_and_is_the_same_every_time(values: list[float]) -> None:
+    mean, low, high, method = mean_interval(values)
+    assert method == BOOTSTRAP
+    assert min(values) <= low <= mean <= high <= max(values)
+    assert mean_interval(values) == (mean, low, high, method), "seeded: the same report gives the same interval"
+    if len(values) >= 1000:  # where the normal approximation is good, the bootstrap agrees with it
+        half = 1.96 * __import__("statistics").pstdev(values) / math.sqrt(len(values))
+        assert (low, high) == pytest.approx((mean - half, mean + half), abs=0.15 * half + 1e-3)
+
+
+def test_the_summary_interval_of_a_run_is_inside_the_rewards_bounds(tmp_path: Path) -> None:
+    run = _run_with(tmp_path, "a", {0: [1, 1], 1: [1, 1], 2: [1, 1], 3: [0, 0], 4: [0, 0]})
+    reward = overview(run.rollouts, run.pass_threshold)["reward"]
+    assert reward["method"] == WILSON and 0.0 <= reward["low"] < 0.6 < reward["high"] <= 1.0, reward
+    run = _run_with(tmp_path, "b", {0: [1, 0], 1: [1, 1], 2: [0, 0], 3: [0, 0], 4: [0, 0]})
+    reward = overview(run.rollouts, run.pass_threshold)["reward"]
+    assert reward["method"] == BOOTSTRAP and 0.0 <= reward["low"] <= reward["high"] <= 1.0, reward
+    assert all(
+        0.0 <= m["low"] <= m["high"] <= 1.0 for m in overview(run.rollouts, 0.5)["metrics"] if m["low"] is not None
     )
 
 
@@ -256,8 +298,8 @@ def test_runs_compared_give_a_paired_interval_and_the_flipped_tasks(tmp_path: Pa
     result = compare(a, b)
     diffs = [1.0, 0.0, 0.5, -0.5]
     assert result["reward_diff"]["mean"] == pytest.approx(0.25)
-    half = t_quantile_975(3) * __import__("statistics").stdev(diffs) / 2
-    assert result["reward_diff"]["low"] == pytest.approx(0.25 - half)
+    assert (result["reward_diff"]["low"], result["reward_diff"]["high"]) == bootstrap_interval(diffs)
+    assert result["reward_diff"]["method"] == BOOTSTRAP
     assert [(t["task"], t["flip"]) for t in result["tasks"]] == [
         ("0", "fixed"),
         ("1", None),
@@ -265,6 +307,17 @@ def test_runs_compared_give_a_paired_interval_and_the_flipped_tasks(tmp_path: Pa
         ("3", "broken"),
     ]
     assert (result["fixed"], result["broken"]) == (1, 1)
+
+
+def test_a_paired_difference_stays_inside_minus_1_and_1(tmp_path: Path) -> None:
+    """B - A of rewards in [0, 1] is in [-1, 1]: a t interval over [1, 1, 1, -1, 1] reached 1.71."""
+    a = _run_with(tmp_path, "a", {t: [0, 0] for t in range(5)} | {3: [1, 1]})
+    b = _run_with(tmp_path, "b", {t: [1, 1] for t in range(5)} | {3: [0, 0]})
+    result = compare(a, b)
+    for key in ("reward_diff", "pass1_diff"):
+        d = result[key]
+        assert d["method"] == BOOTSTRAP, "a difference is no proportion: never Wilson"
+        assert -1.0 <= d["low"] <= d["mean"] <= d["high"] <= 1.0, d
 
 
 def test_runs_over_different_tasks_say_what_each_ran(tmp_path: Path) -> None:
@@ -314,3 +367,60 @@ def test_an_unwritable_output_is_one_clear_error(tmp_path: Path, capsys) -> None
     (tmp_path / "file").write_text("")
     assert main(["report", str(folder), "-o", str(tmp_path / "file" / "r.html")]) == 1
     assert "cannot write the report" in capsys.readouterr().err
+
+
+# -- the figures -------------------------------------------------------------------------------------
+
+
+def _bars(figure: dict) -> list[dict]:
+    return [t for t in figure["data"] if t["type"] == "bar"]
+
+
+def _is_whole(x: float) -> bool:
+    return abs(x - round(x)) < 1e-9
+
+
+def test_counts_get_integer_bins_and_integer_ticks() -> None:
+    """Every rollout made 2 policy calls: one bar centred on 2 from 1.5 to 2.5, ticks on whole numbers only
+    (plotly's own histogram drew ticks at 1.6 ... 2.4)."""
+    figure = figures.distribution([("A", [2.0] * 10)], "Policy calls per rollout", "calls", counts=True)
+    (bar,) = _bars(figure)
+    assert bar["x"] == [2] and bar["y"] == [10] and bar["width"] == [1]
+    x, y = figure["layout"]["xaxis"], figure["layout"]["yaxis"]
+    assert (x["tick0"], x["dtick"]) == (0, 1) and x["range"][0] < 1.5 and x["range"][1] > 2.5
+    assert _is_whole(y["dtick"]) and y["tick0"] == 0
+
+    tokens = [float(v) for v in range(37, 4100, 7)]  # a wide range: bins of a whole number of integers
+    for label_values in ([("A", tokens)], [("A", tokens), ("B", [5.0, 9.0, 4100.0])]):
+        figure = figures.distribution(label_values, "Output tokens per rollout", "tokens", counts=True)
+        for bar in _bars(figure):
+            lows = [c - w / 2 for c, w in zip(bar["x"], bar["width"], strict=True)]
+            assert all(
+                _is_whole(lo - 0.5) and _is_whole(w) and w >= 1 for lo, w in zip(lows, bar["width"], strict=True)
+            )
+            assert sum(bar["y"]) == len(next(v for label, v in label_values if label == bar["name"]))
+        assert _is_whole(figure["layout"]["xaxis"]["dtick"]) and _is_whole(figure["layout"]["yaxis"]["dtick"])
+
+
+def test_every_count_axis_of_a_report_has_whole_ticks(tmp_path: Path) -> None:
+    """The reward bars, failures, histograms: the y axes count rollouts, so never a tick at 0.5."""
+    a = write_run(tmp_path / "a", tasks=3, repeats=1, seed=1)
+    assert main(["report", str(a), "-o", str(tmp_path / "r.html")]) == 0
+    figs = _data((tmp_path / "r.html").read_text())["overview"]["synthetic_env"]["figs"]
+    for name, figure in figs.items():
+        if name in ("pass", "metrics"):
+            continue
+        y = figure["layout"]["yaxis"]
+        assert _is_whole(y["dtick"]) and y["dtick"] >= 1, (name, y)
+    for name in ("turns", "tokens"):
+        assert figs[name]["layout"]["xaxis"]["dtick"] >= 1 and _is_whole(figs[name]["layout"]["xaxis"]["dtick"])
+
+
+def test_titles_sit_below_the_toolbar_row() -> None:
+    """plotly draws its toolbar at the figure's top right: a title there ran under it (pass@k's did)."""
+    figure = figures.pass_curves(
+        [("A", {"k": [1, 2], "pass_at": [0.5, 0.7], "pass_power": [0.5, 0.3], "tasks": [5, 5]})], 0.5
+    )
+    title, margin = figure["layout"]["title"], figure["layout"]["margin"]
+    assert (title["yref"], title["y"], title["yanchor"]) == ("paper", 1, "bottom"), "just above the plot area"
+    assert margin["t"] - title["pad"]["b"] - title["font"]["size"] >= 30, "the toolbar's row (~30 px) stays free"

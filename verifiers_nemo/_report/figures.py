@@ -4,6 +4,7 @@ in the file, so the report needs no network)."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,9 @@ COLORS = ["#3366cc", "#dc6b19", "#2e9e5b", "#9b59b6", "#c0392b", "#16a085", "#7f
 _LAYOUT: dict[str, Any] = {
     "template": "none",
     "height": 300,
-    "margin": {"l": 55, "r": 15, "t": 40, "b": 85},
+    # The top margin holds the toolbar's row (plotly draws it at the figure's top right), then the title, which
+    # sits just above the plot area (``_title``): a long title never runs under the toolbar.
+    "margin": {"l": 55, "r": 15, "t": 62, "b": 85},
     "font": {"family": "system-ui, sans-serif", "size": 12},
     "legend": {"orientation": "h", "x": 0, "y": -0.3, "yanchor": "top"},
     "colorway": COLORS,
@@ -29,8 +32,107 @@ def _figure(traces: Sequence[Any], title: str, **layout: Any) -> dict[str, Any]:
     names = {trace.name for trace in figure.data if trace.showlegend is not False}
     if len(names) <= 1:
         layout = {"showlegend": False, **layout}
-    figure.update_layout(**{**_LAYOUT, "title": {"text": title, "x": 0.01, "font": {"size": 14}}, **layout})
+    figure.update_layout(**{**_LAYOUT, "title": _title(title), **layout})
     return json.loads(pio.to_json(figure, validate=True, pretty=False))
+
+
+def _title(text: str) -> dict[str, Any]:
+    """Left-aligned, just above the plot area: below the toolbar's row at the top of the figure."""
+    return {
+        "text": text,
+        "x": 0.01,
+        "xref": "container",  # from the figure's left edge: long axis labels do not push it off the right
+        "xanchor": "left",
+        "y": 1,
+        "yref": "paper",
+        "yanchor": "bottom",
+        "pad": {"b": 10},
+        "font": {"size": 14},
+    }
+
+
+def _count_axis(highest: int, **axis: Any) -> dict[str, Any]:
+    """An axis of counts: integer ticks only (a step of 1, 2, 5, 10, 20, ... giving at most 6 intervals)."""
+    return {"tick0": 0, "dtick": _step(highest), "tickformat": ",d", "rangemode": "tozero", **axis}
+
+
+def _step(span: float, intervals: int = 6) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, ... that cuts ``span`` into at most ``intervals`` steps."""
+    base = 1
+    while True:
+        for multiple in (1, 2, 5):
+            if span <= intervals * multiple * base:
+                return multiple * base
+        base *= 10
+
+
+BINS = 40
+"""Bins of a histogram (at most, for whole numbers: each bin then holds a whole number of values)."""
+
+
+def _edges(values: Sequence[float], whole: bool) -> list[float]:
+    """Shared bin edges. ``whole``: bins of a whole number of integers, centred on them (a bin of one
+    integer n spans n - 0.5 to n + 0.5), so a count never falls between ticks."""
+    low, high = min(values), max(values)
+    if whole:
+        first, last = math.floor(low), math.ceil(high)
+        size = max(1, math.ceil((last - first + 1) / BINS))
+        count = math.ceil((last - first + 1) / size)
+        return [first - 0.5 + i * size for i in range(count + 1)]
+    width = (high - low) / BINS or max(abs(low) * 0.05, 0.5)
+    if high == low:
+        return [low - width / 2, low + width / 2]
+    return [low + i * width for i in range(BINS)] + [high]
+
+
+def _histogram(values: Sequence[float], edges: Sequence[float]) -> list[int]:
+    tally = [0] * (len(edges) - 1)
+    width = (edges[-1] - edges[0]) / len(tally)
+    for value in values:
+        tally[min(len(tally) - 1, max(0, int((value - edges[0]) // width)))] += 1
+    return tally
+
+
+def _histogram_traces(
+    groups: Sequence[tuple[str, Sequence[float]]], whole: bool, digits: int = 3
+) -> tuple[list[Any], dict[str, Any], int]:
+    """Bars of each run's values over shared bins (overlaid), the x axis they need, and the tallest bar."""
+    every = [v for _, values in groups for v in values]
+    if not every:
+        return [], {}, 0
+    edges = _edges(every, whole)
+    lows, highs = edges[:-1], edges[1:]
+    centres = [(a + b) / 2 for a, b in zip(lows, highs, strict=True)]
+    if whole:
+        spans = [
+            f"{math.ceil(a):,}" + (f" to {math.floor(b):,}" if b - a > 1 else "")
+            for a, b in zip(lows, highs, strict=True)
+        ]
+    else:
+        spans = [f"{a:.{digits}g} to {b:.{digits}g}" for a, b in zip(lows, highs, strict=True)]
+    traces, tallest = [], 0
+    for label, values in groups:
+        tally = _histogram(values, edges)
+        tallest = max(tallest, *tally)
+        traces.append(
+            go.Bar(
+                x=_r(centres, 6),
+                y=tally,
+                width=_r([b - a for a, b in zip(lows, highs, strict=True)], 6),
+                name=label,
+                opacity=0.7 if len(groups) > 1 else 1.0,
+                text=spans,
+                hovertemplate="%{text}: %{y}",
+                textposition="none",
+            )
+        )
+    axis: dict[str, Any] = {}
+    if whole:
+        span = edges[-1] - edges[0]
+        axis = {"tick0": 0, "dtick": _step(span, 8), "tickformat": ",d"}
+        if len(lows) <= 3:  # a bar or three: room either side, so the bar is not the whole plot
+            axis["range"] = [edges[0] - (edges[-1] - edges[0]), edges[-1] + (edges[-1] - edges[0])]
+    return traces, axis, tallest
 
 
 def _r(values: Sequence[float], digits: int = 4) -> list[float]:
@@ -47,14 +149,22 @@ def reward_distribution(groups: Sequence[tuple[str, Sequence[Rollout]]]) -> dict
     traces: list[Any] = []
     few = len(distinct) <= 12  # few distinct values: a bar each; else a histogram
     ordered = sorted(distinct)
-    for label, vs in values.items():
-        if few:
+    tallest = 0
+    if few:
+        for label, vs in values.items():
             counts = Counter(vs)
             traces.append(go.Bar(x=[f"{v:g}" for v in ordered], y=[counts[v] for v in ordered], name=label))
-        else:
-            traces.append(go.Histogram(x=_r(vs), name=label, opacity=0.75, nbinsx=30))
-    xaxis = {"title": "reward", "type": "category"} if few else {"title": "reward"}
-    layout = {"barmode": "group" if few else "overlay", "xaxis": xaxis, "yaxis": {"title": "rollouts"}}
+            tallest = max([tallest, *counts.values()])
+        xaxis: dict[str, Any] = {"title": "reward", "type": "category"}
+    else:
+        traces, _, tallest = _histogram_traces(list(values.items()), whole=False, digits=4)
+        xaxis = {"title": "reward"}
+    layout = {
+        "barmode": "group" if few else "overlay",
+        "bargap": 0.15 if few else 0,
+        "xaxis": xaxis,
+        "yaxis": _count_axis(tallest, title="rollouts"),
+    }
     return _figure(traces, "Reward (scored rollouts)", **layout)
 
 
@@ -75,7 +185,7 @@ def pass_curves(curves: Sequence[tuple[str, dict[str, list[Any]]]], threshold: f
     axis = {"type": "log"} if top > 16 else {"dtick": 1}
     return _figure(
         traces,
-        f"pass@k (solid), pass^k (dashed); correct: reward ≥ {threshold:g}",
+        f"pass@k (solid), pass^k (dashed); correct: reward ≥ {threshold:g}",  # below the toolbar: _title
         showlegend=True,
         xaxis={"title": "k", **axis},
         yaxis={"title": "probability", "range": [-0.02, 1.02]},
@@ -101,8 +211,8 @@ def metric_means(rows: Sequence[tuple[str, list[dict[str, Any]]]]) -> dict[str, 
     names = {m["name"] for _, metrics in rows for m in metrics}
     return _figure(
         traces,
-        "Metric means (95% CI over tasks)",
-        height=max(220, 70 + 26 * len(names)),
+        "Metric means, 95% CI over tasks (Wilson or bootstrap)",
+        height=max(240, 100 + 26 * len(names)),
         yaxis={"automargin": True, "autorange": "reversed"},
         xaxis={"title": "mean"},
     )
@@ -111,30 +221,33 @@ def metric_means(rows: Sequence[tuple[str, list[dict[str, Any]]]]) -> dict[str, 
 def failures(rows: Sequence[tuple[str, dict[str, int], dict[str, int]]]) -> dict[str, Any]:
     """Errors by type and masked rollouts by failure kind, per run."""
     kinds = sorted({f"error: {k}" for _, e, _ in rows for k in e} | {f"masked: {k}" for _, _, m in rows for k in m})
-    traces = []
+    traces, tallest = [], 0
     for label, errors, masked in rows:
         counts = {**{f"error: {k}": v for k, v in errors.items()}, **{f"masked: {k}": v for k, v in masked.items()}}
         traces.append(go.Bar(x=kinds, y=[counts.get(k, 0) for k in kinds], name=label))
+        tallest = max([tallest, *counts.values()])
     return _figure(
         traces,
         "Failed and masked rollouts by kind",
         barmode="group",
-        yaxis={"title": "rollouts"},
+        yaxis=_count_axis(tallest, title="rollouts"),
         xaxis={"type": "category"},
     )
 
 
 def distribution(
-    groups: Sequence[tuple[str, Sequence[float]]], title: str, axis: str, *, log: bool = False
+    groups: Sequence[tuple[str, Sequence[float]]], title: str, axis: str, *, counts: bool = False
 ) -> dict[str, Any]:
-    """A histogram per run (overlaid)."""
-    traces = [go.Histogram(x=_r(values, 3), name=label, opacity=0.7, nbinsx=40) for label, values in groups]
+    """A histogram per run (overlaid, over shared bins; the y axis counts rollouts or calls in whole
+    numbers). ``counts``: the values are whole numbers (policy calls, tokens): integer bins, integer ticks."""
+    traces, xaxis, tallest = _histogram_traces(groups, whole=counts)
     return _figure(
         traces,
         title,
         barmode="overlay",
-        xaxis={"title": axis, **({"type": "log"} if log else {})},
-        yaxis={"title": "count"},
+        bargap=0,
+        xaxis={"title": axis, **xaxis},
+        yaxis=_count_axis(tallest, title="count"),
     )
 
 

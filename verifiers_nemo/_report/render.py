@@ -69,11 +69,12 @@ def _overview_of(runs: Sequence[Run], scope: str) -> dict[str, Any]:
         (letters[id(run)], [float(r.output_tokens) for r in rollouts if r.output_tokens]) for run, rollouts in present
     ]
     if any(values for _, values in tokens):
-        figs["tokens"] = figures.distribution(tokens, "Output tokens per rollout", "tokens")
+        figs["tokens"] = figures.distribution(tokens, "Output tokens per rollout", "tokens", counts=True)
     figs["turns"] = figures.distribution(
         [(letters[id(run)], [float(r.turns) for r in rollouts]) for run, rollouts in present],
         "Policy calls per rollout",
         "calls",
+        counts=True,
     )
     return {"labels": labels, "stats": [s for _, s in stats], "figs": figs}
 

@@ -2,12 +2,17 @@
 with confidence intervals, failures by kind, latency and tokens) and runs compared task by task.
 
 The pass@k estimators are the eval's own (``_eval.stats``). Confidence intervals treat tasks as the
-unit (a task's rollouts are not independent draws): a mean over tasks, Student's t over their spread.
+unit (a task's rollouts are not independent draws) and stay within what they estimate can be: where every
+task's value is 0 or 1 (a pass rate), the Wilson score interval; otherwise a percentile bootstrap over tasks
+(``BOOTSTRAP_RESAMPLES`` resamples, seeded: the same report twice gives the same intervals), which never leaves
+the range of the values observed, so a mean of rewards in [0, 1] or a paired difference in [-1, 1] gets an
+interval inside those bounds (a t interval, symmetric about the mean, does not).
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -17,36 +22,73 @@ from typing import Any
 from .._eval.stats import pass_at_k, pass_power_k
 from .runs import ReportError, Rollout, Run
 
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 MAX_K_POINTS = 64
 """pass@k is drawn for every k up to this many rollouts per task, then on powers of two."""
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+_BOOTSTRAP_DRAWS = 2_000_000
+"""At most this many values drawn for one interval (many distinct values over many tasks get fewer resamples)."""
+_Z975 = 1.959964
+WILSON = "Wilson"
+BOOTSTRAP = "bootstrap"
 
 
-def t_quantile_975(df: int) -> float:
-    """Student's t 97.5% quantile (a two-sided 95% interval): exact table to 10, a Cornish-Fisher
-    expansion beyond (error < 1e-3)."""
-    if df < 1:
-        return math.nan
-    if df in _T975:
-        return _T975[df]
-    z = 1.959964
-    return (
-        z
-        + (z**3 + z) / (4 * df)
-        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
-    )
+def wilson_interval(successes: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion: inside [0, 1], never empty at 0 or n successes."""
+    p = successes / n
+    z2 = _Z975 * _Z975
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = _Z975 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def mean_ci(values: Sequence[float]) -> tuple[float | None, float | None, float | None]:
-    """``(mean, low, high)``: the mean with a 95% t interval (no interval for fewer than 2 values)."""
+def bootstrap_interval(
+    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """The 95% percentile bootstrap interval of the mean of ``values`` (resampled with replacement, seeded).
+
+    Resampling n values is a multinomial draw over the distinct values, so few distinct values (rewards,
+    pass shares) cost a few binomial draws per resample whatever n is."""
+    n = len(values)
+    rng = random.Random(seed)
+    counts = Counter(values)
+    distinct = sorted(counts)
+    means: list[float] = []
+    if len(distinct) * 8 <= n:
+        for _ in range(resamples):
+            left, mass, total = n, 1.0, 0.0
+            for value in distinct[:-1]:
+                share = counts[value] / n
+                drawn = rng.binomialvariate(left, min(1.0, share / mass)) if left else 0
+                total += drawn * value
+                left -= drawn
+                mass -= share
+            means.append((total + left * distinct[-1]) / n)
+    else:
+        population = list(values)
+        for _ in range(max(200, min(resamples, _BOOTSTRAP_DRAWS // n))):
+            means.append(math.fsum(rng.choices(population, k=n)) / n)
+    means.sort()
+    last = len(means) - 1
+    return means[round(0.025 * last)], means[round(0.975 * last)]
+
+
+def mean_interval(
+    values: Sequence[float], *, proportion: bool = True
+) -> tuple[float | None, float | None, float | None, str | None]:
+    """``(mean, low, high, method)``: the mean over tasks and its 95% interval (``method`` names it: ``WILSON``
+    when every value is 0 or 1 and ``proportion`` allows reading them as pass/fail, else ``BOOTSTRAP``); no
+    interval for fewer than 2 values. Differences (B - A) are no proportion: ``proportion=False``."""
     if not values:
-        return None, None, None
+        return None, None, None, None
     mean = math.fsum(values) / len(values)
     if len(values) < 2:
-        return mean, None, None
-    half = t_quantile_975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
+        return mean, None, None, None
+    if proportion and all(v in (0.0, 1.0) for v in values):
+        low, high = wilson_interval(sum(v == 1.0 for v in values), len(values))
+        return mean, low, high, WILSON
+    low, high = bootstrap_interval(values)
+    return mean, low, high, BOOTSTRAP
 
 
 def _is_identifier(name: str) -> bool:
@@ -97,7 +139,7 @@ def overview(rollouts: Sequence[Rollout], threshold: float) -> dict[str, Any]:
     """The overview numbers of a set of rollouts (a run, or one environment of it)."""
     scored = [r for r in rollouts if r.status == "scored" and r.reward is not None]
     groups = _by_task(scored)
-    reward_ci = mean_ci([math.fsum(r.reward for r in g) / len(g) for g in groups.values()])  # type: ignore[misc]
+    reward_ci = mean_interval([math.fsum(r.reward for r in g) / len(g) for g in groups.values()])  # type: ignore[misc]
     names = sorted({name for r in scored for name in r.metrics if not _is_identifier(name)})
     metrics = []
     for name in names:
@@ -106,8 +148,8 @@ def overview(rollouts: Sequence[Rollout], threshold: float) -> dict[str, Any]:
             for values in ([r.metrics[name] for r in g if name in r.metrics] for g in groups.values())
             if values
         ]
-        mean, low, high = mean_ci(per_task)
-        metrics.append({"name": name, "mean": mean, "low": low, "high": high, "tasks": len(per_task)})
+        mean, low, high, method = mean_interval(per_task)
+        metrics.append({"name": name, "mean": mean, "low": low, "high": high, "method": method, "tasks": len(per_task)})
     errors = Counter(r.kind or "error" for r in rollouts if r.status == "error")
     masked = Counter(r.kind or "masked" for r in rollouts if r.status == "masked")
     examples: dict[str, str] = {}
@@ -132,6 +174,7 @@ def overview(rollouts: Sequence[Rollout], threshold: float) -> dict[str, Any]:
             "task_mean": reward_ci[0],
             "low": reward_ci[1],
             "high": reward_ci[2],
+            "method": reward_ci[3],
             "std": statistics.pstdev(rewards) if rewards else None,  # type: ignore[arg-type]
             "min": min(rewards) if rewards else None,  # type: ignore[type-var]
             "max": max(rewards) if rewards else None,  # type: ignore[type-var]
@@ -213,8 +256,8 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
         )
     pairs = [TaskPair(env, task, *_pick(scores_a[(env, task)], scores_b[(env, task)])) for env, task in common]
     both = [p for p in pairs if p.a_reward is not None and p.b_reward is not None]
-    reward_diff = mean_ci([p.b_reward - p.a_reward for p in both])  # type: ignore[operator]
-    pass_diff = mean_ci([p.b_pass - p.a_pass for p in both])  # type: ignore[operator]
+    reward_diff = mean_interval([p.b_reward - p.a_reward for p in both], proportion=False)  # type: ignore[operator]
+    pass_diff = mean_interval([p.b_pass - p.a_pass for p in both], proportion=False)  # type: ignore[operator]
     only_a, only_b = len(set(scores_a) - set(scores_b)), len(set(scores_b) - set(scores_a))
     notes = []
     if only_a or only_b:
@@ -247,8 +290,8 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
             for p in pairs
         ],
         "paired_tasks": len(both),
-        "reward_diff": dict(zip(("mean", "low", "high"), reward_diff, strict=True)),
-        "pass1_diff": dict(zip(("mean", "low", "high"), pass_diff, strict=True)),
+        "reward_diff": dict(zip(("mean", "low", "high", "method"), reward_diff, strict=True)),
+        "pass1_diff": dict(zip(("mean", "low", "high", "method"), pass_diff, strict=True)),
         "fixed": sum(p.flip == "fixed" for p in pairs),
         "broken": sum(p.flip == "broken" for p in pairs),
         "notes": notes,

@@ -26,6 +26,9 @@
   const count = (v) => (v == null ? "n/a" : Number(v).toLocaleString("en"));
   const signed = (v, digits = 3) => (v == null ? "n/a" : (v > 0 ? "+" : "") + v.toFixed(digits));
   const ci = (low, high, digits = 3) => (low == null ? "" : ` [${fmt(low, digits)}, ${fmt(high, digits)}]`);
+  // An interval and the method that gave it (stats.py: Wilson where every task's value is 0 or 1, else bootstrap).
+  const ciWith = (x) => (x.low == null ? "n/a" : `${ci(x.low, x.high).trim()} ${x.method}`);
+  const CI_NOTE = "95% CIs are over tasks (a task's rollouts are not independent draws) and stay within what they estimate can be: the Wilson score interval where every task's value is 0 or 1, else a percentile bootstrap over tasks (2,000 resamples, fixed seed), which never leaves the range of the values observed. No interval for a single task.";
   const showError = (message) => {
     const box = document.getElementById("report-error");
     box.textContent = message;
@@ -88,29 +91,29 @@
     summary.replaceChildren(
       el("h2", {}, scope),
       table(
-        ["run", "rollouts", "tasks", "scored", "errored", "masked", "mean reward", "95% CI (tasks)", "pass@1", "replay"],
+        ["run", "rollouts", "tasks", "scored", "errored", "masked", "mean reward", "95% CI over tasks", "pass@1", "replay"],
         view.stats.map((s, i) => [
           view.labels[i],
           count(s.rollouts), count(s.tasks), count(s.scored),
           el("span", { class: s.errored ? "status-error" : null }, count(s.errored)),
           el("span", { class: s.masked ? "status-masked" : null }, count(s.masked)),
-          fmt(s.reward.mean), ci(s.reward.low, s.reward.high).trim() || "n/a",
+          fmt(s.reward.mean), ciWith(s.reward),
           fmt(s.pass.pass_at[0]),
           s.replay ? `${s.replay.reproduced}/${s.replay.compared} reproduced` : "",
         ]),
         [1, 2, 3, 4, 5, 6, 8],
       ),
-      el("p", { class: "muted" }, "Errored rollouts (a typed failure, no reward) and masked ones (Gym's mask_sample: the reward is no valid measurement) are counted apart: never as reward 0, and left out of reward, pass@k and metric means."),
+      el("p", { class: "muted" }, "Errored rollouts (a typed failure, no reward) and masked ones (Gym's mask_sample: the reward is no valid measurement) are counted apart: never as reward 0, and left out of reward, pass@k and metric means. " + CI_NOTE),
     );
     const tables = document.getElementById("overview-tables");
     const metricNames = [...new Set(view.stats.flatMap((s) => s.metrics.map((m) => m.name)))];
     const parts = [];
     if (metricNames.length) {
-      parts.push(el("h2", {}, "Metric means (95% CI over tasks)"), table(
+      parts.push(el("h2", {}, "Metric means (95% CI over tasks)"), el("p", { class: "muted" }, CI_NOTE), table(
         ["metric", ...view.labels],
         metricNames.map((name) => [name, ...view.stats.map((s) => {
           const m = s.metrics.find((x) => x.name === name);
-          return m ? `${fmt(m.mean)}${ci(m.low, m.high)}` : "";
+          return m ? `${fmt(m.mean)}${m.low == null ? "" : " " + ciWith(m)}` : "";
         })]),
       ));
     }
@@ -365,8 +368,8 @@
       section.append(...[
         el("h2", {}, `${letter}: ${c.b}  vs  A: ${c.a}`),
         el("table", { class: "kv" }, el("tbody", {},
-          el("tr", {}, el("td", {}, "mean reward, B − A"), el("td", {}, delta(c.reward_diff), ` over ${c.paired_tasks} tasks (paired, 95% CI) · ${verdict(c.reward_diff)}`)),
-          el("tr", {}, el("td", {}, "pass@1, B − A"), el("td", {}, delta(c.pass1_diff), ` · ${verdict(c.pass1_diff)}`)),
+          el("tr", {}, el("td", {}, "mean reward, B − A"), el("td", {}, delta(c.reward_diff), ` over ${c.paired_tasks} tasks (paired, 95% ${c.reward_diff.method || ""} CI over tasks) · ${verdict(c.reward_diff)}`)),
+          el("tr", {}, el("td", {}, "pass@1, B − A"), el("td", {}, delta(c.pass1_diff), ` (paired, 95% ${c.pass1_diff.method || ""} CI over tasks) · ${verdict(c.pass1_diff)}`)),
           el("tr", {}, el("td", {}, "flipped tasks"), el("td", {}, `${c.fixed} fixed (wrong in A, right in B), ${c.broken} broken (right in A, wrong in B); right = at least half of its rollouts correct`)))),
         c.notes.length ? el("ul", { class: "notes" }, c.notes.map((x) => el("li", {}, x))) : null,
         el("div", { class: "grid" }, fig),
