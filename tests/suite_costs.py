@@ -344,6 +344,8 @@ class SuiteCosts:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.sampler is not None:
             self.sampler.stop()
+        if terminalreporter.config.option.collectonly:
+            return
         files = self.ledger.snapshot()
         tested = FileCost()
         for row in files.values():
