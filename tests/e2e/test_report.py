@@ -307,3 +307,42 @@ async def test_a_10000_rollout_report_stays_small_and_filters_fast(tmp_path: Pat
         await page.wait_for("document.querySelector('#transcript [data-part=verify]')", timeout_s=60)
         assert page.errors == []
     print(f"10,000 rollouts: {size / 1e6:.1f} MB, built in {built:.1f}s; {timing}")
+
+
+async def test_figures_read_right_in_chromium_titles_clear_of_the_toolbar_counts_on_whole_ticks(
+    tmp_path: Path,
+) -> None:
+    """Drawn by Chromium (a synthetic run: no stack): no title runs under the plot toolbar (pass@k's did),
+    the count histograms' tick labels are whole numbers (policy calls read 1.6 ... 2.4), and the summary's
+    interval is inside [0, 1] with its method named."""
+    run = write_run(tmp_path / "run", tasks=5, repeats=2, seed=4)
+    html = tmp_path / "r.html"
+    proc = subprocess.run([CLI, "report", str(run), "-o", str(html)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    async with Browser() as browser:
+        page = await _open(browser, html)
+        drawn = await page.evaluate("""(() => [...document.querySelectorAll('#figs .fig')].map((div) => {
+            const box = (e) => {
+              if (!e) return null;
+              const r = e.getBoundingClientRect();
+              return [r.left, r.top, r.right, r.bottom];
+            };
+            const title = div.querySelector('.gtitle');
+            const bar = div.querySelector('.modebar');
+            if (bar) bar.style.opacity = 1;  // shown on hover: measured where it is drawn
+            return {title: title ? title.textContent : '', titleBox: box(title), barBox: box(bar),
+                    xticks: [...div.querySelectorAll('.xtick text')].map((t) => t.textContent),
+                    yticks: [...div.querySelectorAll('.ytick text')].map((t) => t.textContent)};
+        }))()""")
+        summary = await page.evaluate("document.querySelector('#summary').innerText")
+        assert page.errors == []
+    assert len(drawn) >= 6
+    for fig in drawn:
+        (l1, t1, r1, b1), (l2, t2, r2, b2) = fig["titleBox"], fig["barBox"]
+        assert r1 <= l2 or r2 <= l1 or b1 <= t2 or b2 <= t1, f"{fig['title']!r} runs under the toolbar"
+        if not fig["title"].startswith(("pass@k", "Metric means")):
+            assert all(t.replace(",", "").isdigit() for t in fig["yticks"]), (fig["title"], fig["yticks"])
+    calls = next(f for f in drawn if f["title"] == "Policy calls per rollout")
+    assert calls["xticks"] and all(t.replace(",", "").isdigit() for t in calls["xticks"]), calls["xticks"]
+    low, high = (float(x) for x in summary.split("[", 1)[1].split("]", 1)[0].split(","))
+    assert 0.0 <= low <= high <= 1.0 and ("Wilson" in summary or "bootstrap" in summary), summary

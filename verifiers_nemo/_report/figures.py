@@ -131,7 +131,7 @@ def _histogram_traces(
         span = edges[-1] - edges[0]
         axis = {"tick0": 0, "dtick": _step(span, 8), "tickformat": ",d"}
         if len(lows) <= 3:  # a bar or three: room either side, so the bar is not the whole plot
-            axis["range"] = [edges[0] - (edges[-1] - edges[0]), edges[-1] + (edges[-1] - edges[0])]
+            axis["range"] = [max(-0.5, edges[0] - span), edges[-1] + span]  # never below a count of 0
     return traces, axis, tallest
 
 
