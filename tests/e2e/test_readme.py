@@ -1,0 +1,311 @@
+"""README.md runs: every ``bash``/``sh`` and ``python`` block, as written, read by pytest-codeblocks.
+
+pytest-codeblocks (``extract_from_file``) reads the blocks and their annotations: a block that cannot run here says
+so in the README source, just above it, as ``<!--pytest.mark.skip(reason="...")-->`` (shown in pytest's report). No
+other block is left out. Each block runs in a fresh copy of the working tree, with ``bash -e -o pipefail`` (every
+line must succeed) or, for Python, as ``python -m asyncio`` runs it (top-level ``await``; tests/e2e/readme_python.py).
+
+The one substitution (``PLACEHOLDERS``, applied to a block's text before it runs) points the README's placeholders
+at stand-ins on 127.0.0.1, shared by every block of the module:
+
+- ``http://gpu:8000/v1``, ``http://gpu-node:8000/v1``, ``http://vllm:8000/v1`` (your vLLM): a fake
+  OpenAI-compatible server (tests/unit/fake_upstream.py) speaking Chat Completions and Responses, with vLLM-style
+  token IDs and logprobs, serving the model ``M``;
+- ``URL`` (what ``verifiers-nemo replay-server ENV`` prints): that replay server, started as the README says;
+- ``HEAD_IP``: 127.0.0.1; ``RUN_DIR``: ``outputs/evals/*/*``, the run the block itself saved with ``-s``;
+- ``pip install`` is run as ``uv pip install`` (same arguments; uv's cache instead of pip downloading ~1 GB).
+
+The blocks run in the venvs the README's install lines build from the wheels (``uv build`` of the package and of
+``environments/nemo_gym_env``, then ``pip install --find-links dist ...``): ``[nemogym,report,ray,inspect,dev]`` on
+Python 3.12 first on PATH, ``[verifiers,ray]`` (no nemo-gym: verifiers 0.4 and nemo-gym 0.4 disagree on openai)
+behind it for ``vf-eval``, whose Gym runtime is the first (``VERIFIERS_NEMO_GYM_PYTHON``). A block that installs
+gets a fresh empty venv of its own. ``test_every_extra_installs_from_the_wheels`` checks those two venvs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pytest_codeblocks import extract_from_file
+
+from tests.unit.fake_upstream import FakeUpstream
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+RUNNABLE = ("bash", "sh", "python")
+BLOCK_LIMIT_S = 420  # a cold Gym stack (or two) on a busy 2-core machine, vf-eval's import
+INSTALL_LIMIT_S = 300
+MODEL = "M"  # the stand-in's model: the README's `-m M`
+GPU_URLS = ("http://gpu:8000/v1", "http://gpu-node:8000/v1", "http://vllm:8000/v1")
+GYM_EXTRAS = "nemogym,report,ray,inspect,dev"
+VF_EXTRAS = "verifiers,ray"
+
+
+def _python312() -> str:
+    """pyenv's 3.12.1 (DESIGN: uv must not download one), else the interpreter .venv was made from."""
+    pyenv = subprocess.run(["pyenv", "root"], capture_output=True, text=True) if shutil.which("pyenv") else None
+    if pyenv is not None and (Path(pyenv.stdout.strip()) / "versions/3.12.1/bin/python3").exists():
+        return str(Path(pyenv.stdout.strip()) / "versions/3.12.1/bin/python3")
+    return _python_says(ROOT / ".venv", "import sys; print(sys._base_executable)")
+
+
+UV = [shutil.which("uv")] if shutil.which("uv") else [sys.executable, "-m", "uv"]
+
+
+def _uv(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        [*UV, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=INSTALL_LIMIT_S
+    )
+    assert proc.returncode == 0, f"uv {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def _base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "VERIFIERS_NEMO_", "PYTEST"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # fresh venvs compile what they import once, as a user's do
+    env.update(UV_PYTHON_DOWNLOADS="never", PYTHONUNBUFFERED="1", OPENAI_API_KEY="sk-readme")
+    return env
+
+
+def _copy_tree(dest: Path) -> Path:
+    """The working tree as a user's clone holds it (tracked and new files, nothing git ignores)."""
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        source = ROOT / name.decode()
+        if source.is_file():
+            target = dest / name.decode()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return dest
+
+
+# -- the venvs the README's install lines build --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Installed:
+    dist: Path
+    gym: Path  # [nemogym,report,ray,inspect,dev]
+    vf: Path  # [verifiers,ray]
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """Both wheels built with uv, and installed from them into two fresh venvs as the README's Install says."""
+    start = time.monotonic()
+    tree = _copy_tree(tmp_path_factory.mktemp("wheels"))
+    env = _base_env()
+    python = _python312()
+    _uv("build", "-q", "--wheel", "-p", python, "-o", "dist", ".", cwd=tree, env=env)
+    _uv("build", "-q", "--wheel", "-p", python, "-o", "dist", "environments/nemo_gym_env", cwd=tree, env=env)
+    venvs = {}
+    for name, extras in (("gym", GYM_EXTRAS), ("vf", VF_EXTRAS)):
+        venv = tmp_path_factory.mktemp(f"venv-{name}") / "venv"
+        _uv("venv", "-q", "-p", python, venv, env=env)
+        _uv("pip", "install", "-q", "-p", venv / "bin" / "python", "--find-links", "dist",
+            f"verifiers-nemo[{extras}]", "nemo-gym-env", cwd=tree, env=env)  # fmt: skip
+        venvs[name] = venv
+    return Installed(tree / "dist", venvs["gym"], venvs["vf"], time.monotonic() - start)
+
+
+def _python_says(venv: Path, code: str) -> str:
+    # cwd: the venv, so `python -c` imports what is installed there, not this checkout's source
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], cwd=venv, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, f"{venv}: {code}\n{proc.stderr}"
+    return proc.stdout.strip()
+
+
+def test_every_extra_installs_from_the_wheels(installed: Installed) -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(GYM_EXTRAS.split(",")) | set(VF_EXTRAS.split(",")) == set(pyproject), "an extra is installed by no test"
+    install_text = README.read_text().split("**Install.**", 1)[1].split("## ", 1)[0]
+    for extra in pyproject:
+        assert f"`{extra}`" in install_text, f"the README's Install does not name the extra {extra!r}"
+    assert sorted(p.name.split("-")[0] for p in installed.dist.glob("*.whl")) == ["nemo_gym_env", "verifiers_nemo"]
+
+    # Importing nemo-gym, ray, inspect-ai or verifiers without compiled bytecode takes many seconds: find them.
+    gym = _python_says(
+        installed.gym,
+        "import importlib.metadata as m, importlib.util as u, verifiers_nemo, nemo_gym_env; "
+        "missing = [n for n in ('nemo_gym', 'ray', 'plotly', 'jinja2', 'inspect_ai', 'pytest', 'pytest_asyncio', "
+        "'pytest_codeblocks') if u.find_spec(n) is None]; "
+        "print(m.version('nemo-gym'), verifiers_nemo.__file__, missing, sep='|')",
+    )
+    nemo_gym_version, module_file, missing = gym.split("|")
+    assert missing == "[]", f"[{GYM_EXTRAS}] did not install {missing}"
+    assert nemo_gym_version.startswith("0.4."), gym  # Python 3.12: nemo-gym 0.4.x
+    assert str(installed.gym) in module_file, f"verifiers-nemo is not the wheel's copy: {module_file}"
+    help_text = subprocess.run(
+        [str(installed.gym / "bin" / "verifiers-nemo"), "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert help_text.returncode == 0 and "eval" in help_text.stdout, help_text.stderr
+
+    vf = _python_says(
+        installed.vf,
+        "import importlib.metadata as m, importlib.util as u, verifiers_nemo, nemo_gym_env; "
+        "assert u.find_spec('verifiers') and u.find_spec('ray'); "
+        "print(m.version('openai'), u.find_spec('nemo_gym') is None)",
+    )
+    openai_version, no_gym = vf.split()
+    assert tuple(int(x) for x in openai_version.split(".")[:2]) >= (2, 54), vf  # not downgraded by nemo-gym
+    assert no_gym == "True", "the [verifiers] venv has nemo-gym"
+    assert (installed.vf / "bin" / "vf-eval").exists() and (installed.vf / "bin" / "verifiers-nemo").exists()
+    print(f"wheels built and both venvs installed in {installed.seconds:.1f} s")
+
+
+# -- the stand-ins behind the placeholders -------------------------------------------------------------
+
+
+class ThreadedFake:
+    """``FakeUpstream`` (token IDs on) served from a loop of its own, so subprocesses and other loops reach it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="readme-fake", daemon=True)
+        self.fake = FakeUpstream(MODEL, token_ids=True)
+
+    def __enter__(self) -> FakeUpstream:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.fake.start(), self.loop).result(30)
+        return self.fake
+
+    def __exit__(self, *exc: object) -> None:
+        future: Future = asyncio.run_coroutine_threadsafe(self.fake.close(), self.loop)
+        future.result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+
+
+@dataclass
+class StandIns:
+    fake: FakeUpstream
+    replay_url: str
+    placeholders: dict[str, str]
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def stand_ins(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIns]:
+    tmp = tmp_path_factory.mktemp("replay")
+    env = _base_env()
+    env["PATH"] = os.pathsep.join([str(installed.gym / "bin"), str(installed.vf / "bin"), env.get("PATH", "")])
+    env["VERIFIERS_NEMO_GYM_PYTHON"] = str(installed.gym / "bin" / "python")
+    port_file = tmp / "replay.url"
+    replay = subprocess.Popen(
+        ["verifiers-nemo", "replay-server", "example_multi_step", "--port-file", str(port_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with ThreadedFake() as fake:
+            deadline = time.monotonic() + 120
+            while not port_file.exists():
+                assert replay.poll() is None, "verifiers-nemo replay-server exited"
+                assert time.monotonic() < deadline, "verifiers-nemo replay-server printed no URL within 120 s"
+                time.sleep(0.1)
+            replay_url = port_file.read_text().strip()
+            placeholders = dict.fromkeys(GPU_URLS, fake.base_url)
+            placeholders |= {"URL": replay_url, "HEAD_IP": "127.0.0.1", "RUN_DIR": "outputs/evals/*/*"}
+            yield StandIns(fake, replay_url, placeholders, env)
+    finally:
+        replay.terminate()
+        replay.wait(30)
+
+
+def substitute(code: str, placeholders: dict[str, str]) -> str:
+    """The README's placeholders replaced, whole words only (``URL`` is not part of ``--client.base-url``)."""
+    for name, value in placeholders.items():
+        code = re.sub(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", value, code)
+    return re.sub(r"(?<![\w-])pip install\b", "uv pip install", code)
+
+
+# -- the blocks ----------------------------------------------------------------------------------------
+
+
+def _blocks() -> list:
+    params = []
+    for block in extract_from_file(README):
+        if block.syntax not in RUNNABLE:
+            continue
+        marks = [eval(mark, {"pytest": pytest, "sys": sys}) for mark in block.marks]  # as pytest-codeblocks does
+        params.append(pytest.param(block, id=f"README.md:{block.lineno}", marks=marks))
+    return params
+
+
+def _run_block(argv: list[str], code: str, cwd: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(
+        argv,
+        input=code,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_LIMIT_S,
+        start_new_session=True,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"the block failed (exit {proc.returncode}):\n{code}\n--- output ---\n{output[-6000:]}"
+    return output
+
+
+@pytest.mark.parametrize("block", _blocks())
+def test_readme_block(block, stand_ins: StandIns, installed: Installed, tmp_path: Path) -> None:
+    code = substitute(block.code, stand_ins.placeholders)
+    cwd = _copy_tree(tmp_path / "clone")
+    env = dict(stand_ins.env)
+    if block.syntax == "python":
+        before = len(stand_ins.fake.requests)
+        output = _run_block([str(installed.gym / "bin" / "python"), str(Path(__file__).with_name("readme_python.py"))],
+                            code, cwd, env)  # fmt: skip
+        results = [
+            json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("README-RESULT")
+        ]
+        if "result" in code:
+            assert results, f"the block left no result:\n{output[-3000:]}"
+            assert results[0]["error"] is None, results
+            if "return_tokens=True" in code:
+                assert results[0]["token_ids"], results
+                assert any(r.body.get("return_token_ids") for r in stand_ins.fake.requests[before:]), "tokens not asked"
+        return
+    if re.search(r"(?<![\w-])pip install\b", block.code):  # an install block: a fresh venv of its own
+        venv = tmp_path / "venv"
+        _uv("venv", "-q", "-p", _python312(), venv, env=env)
+        env["VIRTUAL_ENV"] = str(venv)
+        env["PATH"] = os.pathsep.join([str(venv / "bin"), env["PATH"]])
+        _run_block(["bash", "-e", "-o", "pipefail"], code, cwd, env)
+        _python_says(venv, "import verifiers_nemo, nemo_gym, nemo_gym_env")
+        assert (venv / "bin" / "verifiers-nemo").exists()
+        return
+    _run_block(["bash", "-e", "-o", "pipefail"], code, cwd, env)
+
+
+def test_the_first_block_is_what_ci_runs() -> None:
+    """The README's first block is skipped above (it is CI itself): .ci/run must run exactly its setup and suite."""
+    first = extract_from_file(README)[0]
+    commands = [line.split("#", 1)[0].strip() for line in first.code.splitlines() if line.strip()]
+    assert commands[0].startswith("bash .ci/setup && ") and commands[1].startswith("bash .ci/setup-tests && ")
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "bash .ci/setup-tests" in ci and commands[1].split(" && ", 1)[1] in ci
+    assert "bash .ci/setup\n" in (ROOT / ".ci" / "setup-tests").read_text()
