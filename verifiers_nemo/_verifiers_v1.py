@@ -77,8 +77,12 @@ class GymTasksetConfig(vf.TasksetConfig):
 
     @model_validator(mode="after")
     def _check_environment(self) -> GymTasksetConfig:
-        """Refuse what cannot run while verifiers is still reading its config: nothing has started."""
-        if self.nemo_env:
+        """Refuse what cannot run while verifiers is still reading its config: nothing has started.
+
+        Only a config that names its environment or runtime is checked: verifiers first builds one from
+        defaults alone (``vf-eval``'s ``narrow_config``), before the user's ``--env.taskset.gym-python`` is
+        applied, and checking that one would look for (or build) a runtime the user did not ask for."""
+        if self.nemo_env and self.model_fields_set & {"nemo_env", "gym_python"}:
             check_environment(self.nemo_env, self.gym_python)
         return self
 
