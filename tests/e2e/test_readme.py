@@ -20,14 +20,20 @@ The blocks run in the venvs the README's install lines build from the wheels (``
 Python 3.12 first on PATH, ``[verifiers,ray]`` (no nemo-gym: verifiers 0.4 and nemo-gym 0.4 disagree on openai)
 behind it for ``vf-eval``, whose Gym runtime is the first (``VERIFIERS_NEMO_GYM_PYTHON``). A block that installs
 gets a fresh empty venv of its own. ``test_every_extra_installs_from_the_wheels`` checks those two venvs.
+
+Inline commands (tables, prose) are no blocks: ``test_inline_commands_parse`` has the CLI's own parser accept
+each full ``verifiers-nemo`` one, so a renamed or removed flag fails there too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -309,3 +315,30 @@ def test_the_first_block_is_what_ci_runs() -> None:
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert "bash .ci/setup-tests" in ci and commands[1].split(" && ", 1)[1] in ci
     assert "bash .ci/setup\n" in (ROOT / ".ci" / "setup-tests").read_text()
+
+
+def test_inline_commands_parse() -> None:
+    """Commands the README gives inline (tables, prose) are not blocks: each ``verifiers-nemo`` one that is not a
+    synopsis (``[optional]``, ``A|B``, ``ENV...``) or a bare name must at least be accepted by the CLI's parser."""
+    from markdown_it import MarkdownIt
+
+    from verifiers_nemo._cli.parser import build_parser
+
+    spans = [
+        child.content
+        for token in MarkdownIt("commonmark").enable("table").parse(README.read_text())
+        for child in token.children or []
+        if child.type == "code_inline" and child.content.startswith("verifiers-nemo ")
+    ]
+    full = [span for span in spans if not any(mark in span for mark in ("[", "|", "...", "<"))]
+    assert len(full) >= 5, spans
+    refused = []
+    for span in full:
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                build_parser().parse_args(shlex.split(span)[1:])
+        except SystemExit:
+            if "arguments are required" not in said.getvalue():  # `verifiers-nemo report` names a command
+                refused.append(f"{span}: {next(x for x in said.getvalue().splitlines() if 'error:' in x)}")
+    assert not refused, f"the CLI refuses these README commands: {refused}"
