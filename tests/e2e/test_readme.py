@@ -71,7 +71,7 @@ def _python312() -> str:
     return _python_says(ROOT / ".venv", "import sys; print(sys._base_executable)")
 
 
-UV = [shutil.which("uv")] if shutil.which("uv") else [sys.executable, "-m", "uv"]
+UV = [shutil.which("uv")] if shutil.which("uv") else ["python3", "-m", "uv"]  # as .ci/setup finds it
 
 
 def _uv(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
