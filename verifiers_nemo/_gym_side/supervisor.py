@@ -6,6 +6,13 @@ session leader and every process ``ng_run`` starts, Ray's included, shares its s
 stdin is a pipe from the owner: EOF means the owner is gone (even after SIGKILL), which is how a
 stack never outlives the process that started it.
 
+Leases (the machine's shared Ray head, ``spec["leases"]``): the launch has no single owner, so stdin
+is not watched. Every process that holds the head keeps a file in the leases folder locked (``flock``,
+released by the kernel however the holder dies). The supervisor checks them every ``poll_s``: a lease
+whose lock it can take is a dead holder's and is removed; once no live lease has been seen for
+``linger_s``, it takes the state lock, looks once more, removes the state file (so no process joins a
+head that is stopping) and tears the session down.
+
 Files: once its session is down, the supervisor itself removes the spec's ``remove`` paths (the run
 folder, the Ray head's temporary folder), whoever stopped it, so they never outlive it even when the
 owner dies halfway through its own clean-up. The spec's ``logs`` are kept when the launch failed (the
@@ -20,6 +27,7 @@ verifiers_nemo installed.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -99,8 +107,79 @@ def _start_rearguard(spec: dict) -> None:
         os._exit(0)
 
 
+def _live_leases(folder: str) -> int:
+    """How many leases of ``folder`` a live holder keeps locked; the others (dead holders') are removed."""
+    live = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            live += 1  # its holder keeps it locked
+        else:
+            if os.path.exists(path) and os.path.samestat(os.fstat(fd), os.stat(path)):
+                os.unlink(path)  # a holder that died without letting go
+        finally:
+            os.close(fd)
+    return live
+
+
+def _watch_leases(leases: dict, stop: threading.Event, launcher: subprocess.Popen) -> bool:
+    """Return once the head has had no live holder for ``linger_s`` (the state file removed under the
+    state lock, so that no process joins it meanwhile), or the launcher exited, or ``stop`` is set;
+    True unless the launcher exited on its own (a failure: its logs are kept)."""
+    idle_since = time.monotonic()
+    while not stop.is_set() and launcher.poll() is None:
+        if _live_leases(leases["dir"]):
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= float(leases.get("linger_s", 0.0)):
+            with open(leases["lock"], "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not _live_leases(leases["dir"]):
+                    _remove_state(leases["state"])
+                    return True
+            idle_since = time.monotonic()
+        stop.wait(float(leases.get("poll_s", 0.5)))
+    return stop.is_set()
+
+
+def _remove_state(path: str) -> None:
+    """Remove the head's state file if it names this supervisor (a newer head's is left alone)."""
+    try:
+        with open(path) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return
+    if state.get("pid") == os.getpid():
+        _remove(path)
+
+
+def _detach() -> None:
+    """Become a grandchild of the process that started us, leading a session of our own, and tell it our
+    pid on stdout. A leased launch belongs to no process: Ray SIGKILLs a dead actor's direct children,
+    which must not take down a head that other processes hold."""
+    pid = os.fork()
+    if pid != 0:
+        os.write(1, f"{pid}\n".encode())
+        os._exit(0)
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
+    if spec.get("leases"):
+        _detach()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -120,16 +199,26 @@ def main() -> int:
                 owner_said.append(byte)  # s: a stop on purpose; k: the same, keeping the logs
             stop.set()
 
-        threading.Thread(target=watch_owner, daemon=True).start()
-        while not stop.is_set() and ng_run.poll() is None:
-            stop.wait(0.2)
+        leases = spec.get("leases")
+        on_purpose = True
+        if leases:
+            on_purpose = _watch_leases(leases, stop, ng_run)
+        else:
+            threading.Thread(target=watch_owner, daemon=True).start()
+            while not stop.is_set() and ng_run.poll() is None:
+                stop.wait(0.2)
 
+        if leases:  # stopping, or the launcher died: no process may join it from now on
+            with open(leases["lock"], "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                _remove_state(leases["state"])
         # SIGINT to everyone at once: ng_run may be mid start-up (where it does not forward it),
         # and each server's uvicorn shuts down gracefully on it.
         _teardown(spec)
         code = ng_run.wait()
         log.write(f"[verifiers_nemo supervisor] stopped (launcher exit {code})\n".encode())
-    failed = not stop.is_set() or b"k" in owner_said  # the launcher exited on its own, or the owner keeps logs
+    # A failure: the launcher exited on its own, or the owner keeps the logs.
+    failed = not on_purpose if leases else (not stop.is_set() or b"k" in owner_said)
     for path in [*spec.get("remove", []), *([] if failed else spec.get("logs", []))]:
         _remove(path)
     return 0

@@ -68,14 +68,12 @@ class StackWorker:
         return self.harness.judge_calls()
 
     def gym_sessions(self) -> list[int]:
-        """Session ids of this worker's Gym processes (the stack's and its Ray head's supervisors)."""
+        """Session ids of this worker's own Gym processes (its stack's supervisor; the Ray head it joined is
+        the machine's, shared with other processes, and outlives the worker while they hold it)."""
         stack = self.harness._stack
-        sessions = []
         if stack is not None and stack.launch is not None:
-            sessions.append(stack.launch.supervisor.pid)
-        if stack is not None and stack.ray_head is not None:
-            sessions.append(stack.ray_head.pid)
-        return sessions
+            return [stack.launch.supervisor.pid]
+        return []
 
     async def stop(self) -> None:
         """Stop the stack and the replay server. Idempotent."""

@@ -1,108 +1,170 @@
-"""One Ray head per process, shared by its Gym stacks.
+"""The machine's shared Ray head for Gym stacks: one per user, Ray version and Python, held by leases.
 
-Every ``ng_run`` starts a Ray cluster of its own (about 20 processes, most of a warm start's CPU) unless
-it is given ``+ray_head_node_address`` (nemo-gym's public seam for an existing cluster). A ``RayHead`` is
-that cluster, started once for the process with ``ray start --head --block`` from the Gym runtime and
-joined by every stack of the process and by every restart, so later starts skip Ray's start altogether.
-The first start does not wait for it: ng_run is launched at the same moment, and its ``ray.init``
-connects once the head's GCS answers (Ray retries that for about 20 s).
+Every nemo-gym server is a Ray driver (``ray.init`` when it starts), so every ``ng_run`` starts a Ray
+cluster of its own unless it is given ``+ray_head_node_address`` (nemo-gym's public seam for an existing
+cluster). That cluster was half of a stack's processes and most of its memory. Here every process of the
+machine that starts a Gym stack joins one head instead: the first starts it (``ray start --head --block``
+from the Gym runtime, lean: no autoscaler monitor, no log monitor, no prestarted workers), later ones
+join it, and it stops once no process holds it any more.
 
-The head runs under the same supervisor as the stacks (its own session, torn down when the owner stops it
-or dies), binds 127.0.0.1 only, keeps its files in a private temporary folder (not the machine-wide
-``/tmp/ray``, whose ``ray_current_cluster`` file other Ray users on the machine would join), and
-requires a random token that only this process's Gym processes get (Ray's token authentication).
-The supervisor removes that folder whenever the head stops; its log lives with the stacks' logs
-(kept only when the head failed).
+On disk, under ``ray_dir()`` (``VERIFIERS_NEMO_RAY_DIR``, else ``<tmp>/vnr-ray-<uid>``, mode 0700), one
+folder per head key (``head_key``: Ray's version and the runtime's Python, which Ray requires to match):
+
+- ``lock``: ``flock``-ed while a process starts or joins the head, and by the head's supervisor when it
+  decides to stop, so that concurrent first starts race safely and no process joins a stopping head;
+- ``head.json`` (0600): where the running head is (address, token, its supervisor's pid), written once
+  its node is registered, so a process that joins can connect a driver at once;
+- ``leases/``: a file per holding process, ``flock``-ed by it for as long as it holds the head. The
+  kernel releases that lock however the holder dies (SIGKILL included); the head's supervisor removes
+  such dead leases and stops the head once none is live (``_gym_side/supervisor.py``).
+
+The head binds 127.0.0.1 only, keeps its Ray files in a temporary folder of its own (not the machine-wide
+``/tmp/ray``), and requires a random token kept in ``head.json`` (Ray's token authentication): only the
+user's own processes can join it. Processes' stacks do not see each other: each has its own ports, run and
+log folders, and each Gym server is a Ray driver with a namespace of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import functools
+import hashlib
+import json
 import logging
 import os
 import secrets
 import tempfile
 import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .._exceptions import StackStartError
 from .._gym import GymRuntime
+from .._gym.runtime import site_packages
 from .config import HOST
 from .logs import logs_dir
-from .procs import PortReservation, remove_path, reserve_ports, sweep_dead_owners
+from .procs import kill_session, port_accepts, remove_path, reserve_ports
 from .registry import Registry
-from .supervisor import start_supervised, stop_supervised
+from .supervisor import start_detached
 
 logger = logging.getLogger(__name__)
 
-_STOP_TIMEOUT = 10.0
-TEMP_PREFIX = "vnr-ray-"
-"""Temporary folders are ``<tmp>/vnr-ray-<owner pid>-<random>``: short (Ray's socket paths live under
-them), and named after their owner so that those of a dead owner can be swept."""
+RAY_DIR_ENV_VAR = "VERIFIERS_NEMO_RAY_DIR"
+READY_LINE = "Ray runtime started."
+"""What ``ray start`` prints once its node is registered with the GCS (it waits for that before printing):
+from then on a driver's ``ray.init`` finds the node at once."""
+_START_ATTEMPTS = 3
+_POLL_S = 0.5
+"""How often the head's supervisor looks at the leases: the head outlives its last holder by about this."""
+# No idle worker processes: Ray would prestart one per CPU when a driver connects, and Gym servers run no
+# Ray task unless an environment submits one (code execution, some judges), which then starts workers on demand.
+_LEAN_HEAD_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
+
+
+def ray_dir() -> Path:
+    """Where the machine's shared heads are kept (per user)."""
+    explicit = os.environ.get(RAY_DIR_ENV_VAR)
+    return Path(explicit) if explicit else Path(tempfile.gettempdir()) / f"vnr-ray-{os.getuid()}"
+
+
+@functools.cache
+def head_key(runtime: GymRuntime) -> str:
+    """The runtimes that may share a head: the same Ray release on the same Python build (Ray refuses a
+    driver whose Ray or Python version differs from the cluster's)."""
+    ray_version = _ray_version(runtime)
+    base = Path(os.path.realpath(runtime.python))  # a venv's python links to the interpreter it was made from
+    digest = hashlib.sha256(str(base).encode()).hexdigest()[:8]
+    return f"ray{ray_version}-{base.name}-{digest}"
+
+
+def _ray_version(runtime: GymRuntime) -> str:
+    for folder in (runtime.root, *site_packages(runtime)):
+        found = sorted(Path(folder).glob("ray-*.dist-info"))
+        if found:
+            return found[-1].name[len("ray-") : -len(".dist-info")]
+    raise StackStartError(f"The Gym runtime {runtime.python} has no Ray (nemo-gym needs it): reinstall nemo-gym there.")
+
+
+@dataclass(frozen=True)
+class HeadState:
+    """What ``head.json`` says of a running head."""
+
+    gcs_port: int
+    token: str
+    pid: int
+    """The head's supervisor: its session holds every process of the head."""
+    started: str
+    """The supervisor's start time (``/proc/PID/stat``), so that a reused pid is not taken for the head."""
+    temp_dir: str
+    log: str
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.gcs_port}"
+
+    def alive(self) -> bool:
+        """Whether the head still runs: its supervisor is the same live process and its GCS answers."""
+        return _start_time(self.pid) == self.started and port_accepts(HOST, self.gcs_port)
 
 
 class RayHead:
-    """A Ray head node for this process's Gym stacks (see the module docstring)."""
+    """This process's hold on the machine's shared Ray head for one Gym runtime: a lease, and where the
+    head is. Made by ``acquire_ray_head`` (one per process and head key, refcounted by its stacks)."""
 
-    def __init__(self, runtime: GymRuntime, env: dict[str, str]) -> None:
+    def __init__(self, runtime: GymRuntime, env: Mapping[str, str], start_timeout: float = 120.0) -> None:
         self.runtime = runtime
-        self.token = secrets.token_hex(32)
-        self._ports: PortReservation | None = reserve_ports(3)
-        self.gcs_port, client_port, agent_port = self._ports.ports
-        tmp = Path(tempfile.gettempdir())
-        sweep_dead_owners(tmp, prefix=TEMP_PREFIX)
-        self.temp_dir = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-", dir=tmp))
-        logs = logs_dir()
-        logs.mkdir(parents=True, exist_ok=True)
-        self.log_path = logs / f"ray-head-{os.getpid()}-{self.temp_dir.name.rsplit('-', 1)[1]}.log"
-        argv = [
-            str(runtime.bin_dir / "ray"),
-            "start",
-            "--head",
-            "--block",
-            f"--node-ip-address={HOST}",
-            f"--port={self.gcs_port}",
-            f"--ray-client-server-port={client_port}",
-            f"--dashboard-agent-listen-port={agent_port}",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={self.temp_dir}",
-        ]
-        spec = {
-            "argv": argv,
-            "cwd": str(self.temp_dir),
-            "log": str(self.log_path),
-            "grace_s": 5.0,
-            "ports": [[HOST, self.gcs_port]],
-            "remove": [str(self.temp_dir)],
-            "logs": [str(self.log_path)],
-        }
-        self._supervisor = start_supervised(runtime.python, spec, cwd=self.temp_dir, env={**env, **self.env()})
-        self.started_at = time.monotonic()
-        self._stopped = False
-        logger.info("Ray head for Gym stacks starting at %s (pid %d)", self.address, self._supervisor.pid)
+        self.folder = _folder(runtime)
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _locked(self.folder / "lock"):
+            self._lease: tuple[Path, int] | None = _take_lease(self.folder / "leases")
+            try:
+                state = _read_state(self.folder / "head.json")
+                if state is None or not state.alive():
+                    if state is not None:
+                        _remove_remains(state)
+                    state = _start_head(runtime, env, self.folder, start_timeout)
+            except BaseException:
+                self.leave()
+                raise
+        self.state = state
+        logger.info("Gym stacks join the Ray head at %s (supervisor pid %d)", self.address, self.pid)
 
     @property
     def address(self) -> str:
         """``host:port`` of the head's GCS, for ``+ray_head_node_address``."""
-        return f"{HOST}:{self.gcs_port}"
+        return self.state.address
 
     @property
     def pid(self) -> int:
-        """The supervisor's pid, which is also the head's session id."""
-        return self._supervisor.pid
+        """The head's supervisor's pid, which is also the head's session id."""
+        return self.state.pid
+
+    @property
+    def gcs_port(self) -> int:
+        return self.state.gcs_port
+
+    @property
+    def temp_dir(self) -> Path:
+        """The head's Ray files (sessions, sockets, logs): removed when it stops."""
+        return Path(self.state.temp_dir)
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.state.log)
+
+    @property
+    def token(self) -> str:
+        return self.state.token
 
     def env(self) -> dict[str, str]:
         """What a process needs in its environment to join this head."""
-        return {
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": self.token,
-            "RAY_USAGE_STATS_ENABLED": "0",
-            # Ray's switch for single-machine clusters: with it off, every Ray process binds 127.0.0.1.
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-        }
+        return _join_env(self.state.token)
 
     @property
     def alive(self) -> bool:
-        return not self._stopped and self._supervisor.poll() is None
+        return self._lease is not None and _start_time(self.pid) == self.state.started
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -110,49 +172,199 @@ class RayHead:
         except OSError:
             return "(no log)"
 
-    def stop(self) -> None:
-        """Stop every process of the head (graceful, then forced) and remove its folder. Idempotent."""
-        if self._stopped:
+    def leave(self) -> None:
+        """Give up this process's lease (idempotent). The head stops about ``_POLL_S`` after its last
+        holder leaves; it is not stopped here, since other processes may hold it."""
+        lease, self._lease = self._lease, None
+        if lease is None:
             return
-        self._stopped = True
-        failed = self._supervisor.poll() is not None  # it died before we stopped it: keep its log
-        stop_supervised(self._supervisor, f"Ray head at {self.address}", _STOP_TIMEOUT, keep_logs=failed)
-        if self._ports is not None:
-            self._ports.release()
-            self._ports = None
-        remove_path(self.temp_dir)  # the supervisor removes it too; not if it was killed
-        if not failed:
-            remove_path(self.log_path)
+        path, fd = lease
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
 
 
-# -- one head per (process, Gym runtime), refcounted by the stacks that use it ------------------------
+def _join_env(token: str) -> dict[str, str]:
+    return {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # Ray's switch for single-machine clusters: with it off, every Ray process binds 127.0.0.1.
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as lock:
+        os.chmod(path, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _take_lease(folder: Path) -> tuple[Path, int]:
+    """A lease file of this process, created and locked: its path and fd (close the fd to let go)."""
+    folder.mkdir(exist_ok=True, mode=0o700)
+    path = folder / f"{os.getpid()}-{secrets.token_hex(4)}"
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return path, fd
+
+
+def _read_state(path: Path) -> HeadState | None:
+    try:
+        return HeadState(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write_state(path: Path, state: HeadState) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(asdict(state), f)
+    os.replace(tmp, path)
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), None when gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return None if fields[0] == b"Z" else fields[19].decode()
+
+
+def _remove_remains(state: HeadState) -> None:
+    """What a head that died without its supervisor's clean-up left: its processes and its folder."""
+    if _start_time(state.pid) == state.started:
+        kill_session(state.pid, timeout=5.0)
+    remove_path(Path(state.temp_dir))
+
+
+def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeout: float) -> HeadState:
+    """Start a head (under the folder's lock) and wait until its node is registered; a start that fails
+    because a port was taken meanwhile is tried again with other ports."""
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        try:
+            return _start_head_once(runtime, env, folder, timeout)
+        except StackStartError as exc:
+            if "address already in use" not in str(exc) or attempt == _START_ATTEMPTS:
+                raise
+            logger.warning("The Ray head's port was taken while it started; retrying")
+    raise AssertionError("unreachable")
+
+
+def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeout: float) -> HeadState:
+    token = secrets.token_hex(32)
+    ports = reserve_ports(3)
+    gcs_port, client_port, agent_port = ports.ports
+    # Short: Ray's socket paths live under it (a Unix socket path has at most 107 bytes).
+    temp_dir = Path(tempfile.mkdtemp(prefix="vnr-ray-", dir=tempfile.gettempdir()))
+    logs = logs_dir()
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"ray-head-{folder.name}-{temp_dir.name.rsplit('-', 1)[-1]}.log"
+    argv = [
+        str(runtime.bin_dir / "ray"),
+        "start",
+        "--head",
+        "--block",
+        f"--node-ip-address={HOST}",
+        f"--port={gcs_port}",
+        f"--ray-client-server-port={client_port}",
+        f"--dashboard-agent-listen-port={agent_port}",
+        "--include-dashboard=false",
+        "--include-log-monitor=false",
+        "--no-monitor",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    spec = {
+        "argv": argv,
+        "cwd": str(temp_dir),
+        "log": str(log_path),
+        "grace_s": 5.0,
+        "ports": [[HOST, gcs_port]],
+        "remove": [str(temp_dir)],
+        "logs": [str(log_path)],
+        "leases": {
+            "dir": str(folder / "leases"),
+            "lock": str(folder / "lock"),
+            "state": str(folder / "head.json"),
+            "linger_s": 0.0,
+            "poll_s": _POLL_S,
+        },
+    }
+    try:
+        pid = start_detached(runtime.python, spec, cwd=temp_dir, env={**env, **_join_env(token), **_LEAN_HEAD_ENV})
+    except OSError as exc:
+        ports.release()
+        remove_path(temp_dir)
+        raise StackStartError(f"The Ray head for Gym stacks did not start: {exc}") from exc
+    started = _start_time(pid) or ""
+    state = HeadState(gcs_port, token, pid, started, str(temp_dir), str(log_path))
+    try:
+        _wait_ready(state, timeout)
+    except BaseException:
+        _remove_remains(state)
+        raise
+    finally:
+        ports.release()  # bound by the head now (or never to be)
+    _write_state(folder / "head.json", state)
+    logger.info("Ray head for Gym stacks ready at %s (pid %d)", state.address, pid)
+    return state
+
+
+def _wait_ready(state: HeadState, timeout: float) -> None:
+    """Until ``ray start`` says its node is registered; StackStartError when it exits or time is up."""
+    deadline = time.monotonic() + timeout
+    log = Path(state.log)
+    while True:
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            text = ""
+        if READY_LINE in text:
+            return
+        if _start_time(state.pid) != state.started:
+            tail = "\n".join(text.splitlines()[-20:])
+            raise StackStartError(f"The Ray head for Gym stacks exited while starting:\n{tail}\n(full log: {log})")
+        if time.monotonic() > deadline:
+            tail = "\n".join(text.splitlines()[-20:])
+            raise StackStartError(
+                f"The Ray head for Gym stacks was not ready within {timeout:.0f}s:\n{tail}\n(full log: {log})"
+            )
+        time.sleep(0.05)
+
+
+# -- one lease per (process, head folder), refcounted by the stacks that use it ------------------------
 
 _heads: Registry[Path, RayHead] = Registry(reusable=lambda head: head.alive)
 
 
-def acquire_ray_head(runtime: GymRuntime, env: dict[str, str]) -> RayHead:
-    """The process's Ray head for ``runtime``, started if there is none or it died; refcounted."""
-    head, spent = _heads.acquire(runtime.prefix, lambda: RayHead(runtime, env))
+def _folder(runtime: GymRuntime) -> Path:
+    return ray_dir() / head_key(runtime)
+
+
+def acquire_ray_head(runtime: GymRuntime, env: Mapping[str, str]) -> RayHead:
+    """This process's hold on the machine's Ray head for ``runtime``: joined, or started if none runs (or
+    the one held died); refcounted by the process's stacks."""
+    head, spent = _heads.acquire(_folder(runtime), lambda: RayHead(runtime, env))
     if spent is not None:
-        logger.warning("Ray head at %s is gone; started a new one. Its log:\n%s", spent.address, spent.log_tail())
-        _stop_quietly(spent)
+        logger.warning("Ray head at %s is gone; joined or started another:\n%s", spent.address, spent.log_tail())
+        spent.leave()
     return head
 
 
 def release_ray_head(head: RayHead) -> None:
-    """Drop one reference; the last one stops the head (as does releasing a head already replaced)."""
-    if _heads.release(head.runtime.prefix, head) is not False:
-        _stop_quietly(head)
+    """Drop one reference; the last one gives up the process's lease (as does releasing a head already
+    replaced)."""
+    if _heads.release(head.folder, head) is not False:
+        head.leave()
 
 
 def stop_all_ray_heads() -> None:
-    """Stop every head of this process (at exit, after the stacks)."""
+    """Give up every lease of this process (at exit, after the stacks)."""
     for head in _heads.clear():
-        _stop_quietly(head)
-
-
-def _stop_quietly(head: RayHead) -> None:
-    try:
-        head.stop()
-    except Exception:
-        logger.exception("stopping the Ray head at %s failed", head.address)
+        head.leave()

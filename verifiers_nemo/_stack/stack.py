@@ -62,6 +62,8 @@ from .supervisor import GYM_SIDE, start_supervised, stop_supervised
 logger = logging.getLogger(__name__)
 
 _START_ATTEMPTS = 3
+_RAY_UNREACHED = "Failed to connect to Ray cluster"
+"""How ``ray.init`` in a Gym server says it gave up on the head it was pointed at."""
 
 
 @dataclass
@@ -163,16 +165,24 @@ class GymStack:
                 _wait_ready(self._launch, self.config.name, self.config.start_timeout)
                 break
             except StackStartError:
-                collided = "address already in use" in log_tail(self._launch.log_path, lines=10_000)
+                log = log_tail(self._launch.log_path, lines=10_000)
+                collided = "address already in use" in log
                 head = self._ray_head
-                if head is not None and not head.alive:  # e.g. its port was taken: the next try gets a new one
-                    collided = collided or "address already in use" in head.log_tail(10_000)
+                if head is not None and not head.alive:  # it died while we started: the next try joins another
                     self._leave_ray_head()
-                self._stop_locked(keep_logs=not collided or attempt == _START_ATTEMPTS)
-                if not collided or attempt == _START_ATTEMPTS:
+                    collided = True
+                # A driver that could not reach a live head (Ray gave up waiting for it): the same head, again.
+                unreached = head is not None and head.alive and _RAY_UNREACHED in log
+                retry = (collided or unreached) and attempt < _START_ATTEMPTS
+                self._stop_locked(keep_logs=not retry)
+                if not retry:
                     self._leave_ray_head()
                     raise
-                logger.warning("Gym stack %s: a port was taken while starting; retrying", self.config.name)
+                logger.warning(
+                    "Gym stack %s: %s while starting; retrying",
+                    self.config.name,
+                    "its Ray head was not reached" if unreached else "a port was taken or the Ray head died",
+                )
             except BaseException:
                 self._stop_locked(keep_logs=True)
                 self._leave_ray_head()
@@ -318,15 +328,18 @@ class GymStack:
         return server_venvs(self.config.name, self._instances, runtime, isolated_venvs=self.config.isolated_venvs)
 
     def _join_ray_head(self, runtime: GymRuntime) -> RayHead | None:
-        """The Ray head this launch joins (kept across restarts while it lives), or None to let ng_run
-        start its own Ray."""
+        """The machine's Ray head this launch joins (kept across restarts while it lives), or None to let
+        ng_run start its own Ray."""
         if not joins_shared_ray(self.config):
             return None
         head = self._ray_head
         if head is not None and not head.alive:
             self._leave_ray_head()
         if self._ray_head is None:
-            self._ray_head = acquire_ray_head(runtime, child_env(os.environ, runtime.bin_dir, self.config))
+            # The head is the machine's, shared with other processes' stacks: none of this stack's own
+            # variables (``pass_env``, its environment's) reach it, nor the Ray workers it may start.
+            own = replace(self.config, pass_env=())
+            self._ray_head = acquire_ray_head(runtime, child_env(os.environ, runtime.bin_dir, own))
         return self._ray_head
 
     def _leave_ray_head(self) -> None:

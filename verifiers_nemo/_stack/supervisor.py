@@ -26,7 +26,8 @@ def start_supervised(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict
 
     ``spec``: ``argv``, ``cwd``, ``log`` (the launcher's output), ``grace_s`` (SIGINT to SIGKILL), ``ports``
     (``[host, port]`` pairs whose closing ends the grace early), ``remove`` (paths removed once the session is
-    down) and ``logs`` (removed too, unless the launch failed)."""
+    down) and ``logs`` (removed too, unless the launch failed). With ``leases`` (``dir``, ``lock``, ``state``,
+    ``linger_s``, ``poll_s``) the launch is not this process's: use ``start_detached``."""
     return subprocess.Popen(
         [str(python), str(GYM_SIDE / "supervisor.py"), json.dumps(spec)],
         stdin=subprocess.PIPE,
@@ -36,6 +37,27 @@ def start_supervised(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict
         env=env,
         start_new_session=True,
     )
+
+
+def start_detached(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict[str, str]) -> int:
+    """Start a leased launch (``spec["leases"]``, see ``start_supervised``) under a supervisor that is no
+    child of this process and leads a session of its own; returns its pid (also its session id). It lives
+    while a process holds a lease: no death of this process, SIGKILL included, takes it down."""
+    with subprocess.Popen(
+        [str(python), str(GYM_SIDE / "supervisor.py"), json.dumps(spec)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    ) as starter:
+        assert starter.stdout is not None
+        line = starter.stdout.readline()
+    try:
+        return int(line)
+    except ValueError:
+        raise OSError(f"the supervisor of {spec['argv'][0]} did not start (exit {starter.returncode})") from None
 
 
 def stop_supervised(
