@@ -2,7 +2,8 @@
 
 ``settings`` (what defines a run) → ``preflight`` (the endpoint checked before anything starts) →
 ``run`` (``Evaluation``: tasks, stack, policy, rollouts) → ``results`` (the run folder, resume
-bookkeeping) → ``stats`` (pure statistics of result records) → ``metadata`` (``metadata.json``) →
+bookkeeping) → ``stats`` (pure statistics of result records) and ``token_ids`` (whether recorded token IDs
+are contiguous) → ``metadata`` (``metadata.json``) →
 ``report`` (the printed summary). The console belongs to the CLI.
 """
 
