@@ -1,4 +1,82 @@
 """Fixtures and plugins of the whole suite: ``tests/suite_costs.py`` prints, at the end of every run, each
 test file's wall and CPU seconds and how many Gym stacks and Ray heads it started."""
 
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from verifiers_nemo._stack.ray_head import RAY_DIR_ENV_VAR
+
 pytest_plugins = ["tests.suite_costs"]
+
+
+@pytest.fixture
+def own_ray_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A folder of shared Ray heads for this test alone (``VERIFIERS_NEMO_RAY_DIR``): the stacks it starts
+    join no head the rest of the suite holds, so the test sees its head start and stop. Short: Ray's socket
+    paths live under the head's own temporary folder, not here, but keep it tidy."""
+    folder = Path(tempfile.mkdtemp(prefix="vnr-t-"))
+    monkeypatch.setenv(RAY_DIR_ENV_VAR, str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+_GYM07_PYTHON = Path(__file__).parents[1] / ".venv-gym07" / "bin" / "python"
+
+
+class _SessionHeads:
+    """The machine's shared Ray heads of the suite's Gym runtimes (nemo-gym 0.4 here, 0.7 in .venv-gym07),
+    held by this process from the session's start to its end: every stack the suite starts, in this process or
+    in a CLI, vf-eval, env-server or Ray-actor subprocess, joins them instead of starting a Ray head of its own.
+    Started in the background, so the heads come up while the first tests run."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from verifiers_nemo._stack.ray_head import ray_dir
+
+        self.heads: list[object] = []
+        self.failures: list[str] = []
+        self._heads_dir = ray_dir()  # now: a test may name a folder of its own (own_ray_dir) before the thread runs
+        self._thread = threading.Thread(target=self._hold, name="session-ray-heads", daemon=True)
+        self._thread.start()
+
+    def _hold(self) -> None:
+        import os
+
+        from verifiers_nemo._gym import find_gym_runtime
+        from verifiers_nemo._stack.config import StackConfig
+        from verifiers_nemo._stack.plan import child_env
+        from verifiers_nemo._stack.ray_head import acquire_ray_head
+
+        pythons = [None, *([str(_GYM07_PYTHON)] if _GYM07_PYTHON.exists() else [])]
+        for python in pythons:
+            try:
+                runtime = find_gym_runtime(python)
+                env = child_env(os.environ, runtime.bin_dir, StackConfig("suite", (), ""))
+                self.heads.append(acquire_ray_head(runtime, env, self._heads_dir))
+            except Exception as exc:  # the tests that need it start one (and report why it fails)
+                self.failures.append(f"{python or 'this interpreter'}: {exc}")
+
+    def release(self) -> None:
+        from verifiers_nemo._stack.ray_head import release_ray_head
+
+        self._thread.join(timeout=300)
+        for head in self.heads:
+            release_ray_head(head)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_ray_heads(request: pytest.FixtureRequest) -> Iterator[_SessionHeads | None]:
+    """Hold the shared Ray heads for the whole run when it has tests that start Gym stacks (not unit tests)."""
+    if all(Path(str(item.fspath)).parent.name == "unit" for item in request.session.items):
+        yield None
+        return
+    heads = _SessionHeads()
+    yield heads
+    heads.release()

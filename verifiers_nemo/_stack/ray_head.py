@@ -113,9 +113,11 @@ class RayHead:
     """This process's hold on the machine's shared Ray head for one Gym runtime: a lease, and where the
     head is. Made by ``acquire_ray_head`` (one per process and head key, refcounted by its stacks)."""
 
-    def __init__(self, runtime: GymRuntime, env: Mapping[str, str], start_timeout: float = 120.0) -> None:
+    def __init__(
+        self, runtime: GymRuntime, env: Mapping[str, str], folder: Path | None = None, start_timeout: float = 120.0
+    ) -> None:
         self.runtime = runtime
-        self.folder = _folder(runtime)
+        self.folder = folder or _folder(runtime)
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         with _locked(self.folder / "lock"):
             self._lease: tuple[Path, int] | None = _take_lease(self.folder / "leases")
@@ -343,14 +345,16 @@ def _wait_ready(state: HeadState, timeout: float) -> None:
 _heads: Registry[Path, RayHead] = Registry(reusable=lambda head: head.alive)
 
 
-def _folder(runtime: GymRuntime) -> Path:
-    return ray_dir() / head_key(runtime)
+def _folder(runtime: GymRuntime, heads_dir: Path | None = None) -> Path:
+    return (heads_dir or ray_dir()) / head_key(runtime)
 
 
-def acquire_ray_head(runtime: GymRuntime, env: Mapping[str, str]) -> RayHead:
+def acquire_ray_head(runtime: GymRuntime, env: Mapping[str, str], heads_dir: Path | None = None) -> RayHead:
     """This process's hold on the machine's Ray head for ``runtime``: joined, or started if none runs (or
-    the one held died); refcounted by the process's stacks."""
-    head, spent = _heads.acquire(_folder(runtime), lambda: RayHead(runtime, env))
+    the one held died); refcounted by the process's stacks. ``heads_dir``: where the heads are kept, if not
+    ``ray_dir()`` as it is now."""
+    folder = _folder(runtime, heads_dir)
+    head, spent = _heads.acquire(folder, lambda: RayHead(runtime, env, folder))
     if spent is not None:
         logger.warning("Ray head at %s is gone; joined or started another:\n%s", spent.address, spent.log_tail())
         spent.leave()
