@@ -2,8 +2,10 @@
 
 pytest-codeblocks (``extract_from_file``) reads the blocks and their annotations: a block that cannot run here says
 so in the README source, just above it, as ``<!--pytest.mark.skip(reason="...")-->`` (shown in pytest's report). No
-other block is left out. Each block runs in a fresh copy of the working tree, with ``bash -e -o pipefail`` (every
-line must succeed) or, for Python, as ``python -m asyncio`` runs it (top-level ``await``; tests/e2e/readme_python.py).
+other block is left out, but the README's first (the two lines a new user runs, the second being this suite): its
+eval line runs as written in ``test_the_first_block_s_eval_runs_as_written``, its suite line is ``.ci/run``'s.
+Each block runs in a fresh copy of the working tree, with ``bash -e -o pipefail`` (every line must succeed) or, for
+Python, as ``python -m asyncio`` runs it (top-level ``await``; tests/e2e/readme_python.py).
 
 The one substitution (``PLACEHOLDERS``, applied to a block's text before it runs) points the README's placeholders
 at stand-ins on 127.0.0.1, shared by every block of the module:
@@ -252,7 +254,7 @@ def substitute(code: str, placeholders: dict[str, str]) -> str:
 
 def _blocks() -> list:
     params = []
-    for block in extract_from_file(README):
+    for block in extract_from_file(README)[1:]:  # the first is CI itself: test_the_first_block_*
         if block.syntax not in RUNNABLE:
             continue
         marks = [eval(mark, {"pytest": pytest, "sys": sys}) for mark in block.marks]  # as pytest-codeblocks does
@@ -307,8 +309,19 @@ def test_readme_block(block, stand_ins: StandIns, installed: Installed, tmp_path
     _run_block(["bash", "-e", "-o", "pipefail"], code, cwd, env)
 
 
+def test_the_first_block_s_eval_runs_as_written() -> None:
+    """The README's first line, as written, from the repository's root: set up (idempotent: CI has just run it) and
+    a real eval of a packaged environment with the replay policy, every recorded reward reproduced."""
+    first = extract_from_file(README)[0]
+    line = first.code.splitlines()[0].split("#", 1)[0].strip()
+    assert line == "bash .ci/setup && .venv/bin/verifiers-nemo eval example_multi_step", line
+    output = _run_block(["bash", "-e", "-o", "pipefail"], line, ROOT, dict(os.environ))
+    assert re.search(r"Replay\s+5/5 rewards equal the recorded ones", output), output[-3000:]
+
+
 def test_the_first_block_is_what_ci_runs() -> None:
-    """The README's first block is skipped above (it is CI itself): .ci/run must run exactly its setup and suite."""
+    """The README's first block is not run as a block (its second line is this suite): .ci/run must run exactly its
+    setup and suite, and its first line is run by the test above."""
     first = extract_from_file(README)[0]
     commands = [line.split("#", 1)[0].strip() for line in first.code.splitlines() if line.strip()]
     assert commands[0].startswith("bash .ci/setup && ") and commands[1].startswith("bash .ci/setup-tests && ")

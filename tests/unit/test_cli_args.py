@@ -58,6 +58,8 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         (["eval", ENV, "-a", '"dataset"'], "-a/--env-args: must be a JSON object"),
         (["eval", ENV, "--api", "grpc"], "argument --api: invalid choice: 'grpc'"),
         (["eval", ENV, "--pass-threshold", "nan"], "--pass-threshold: must be a finite number"),
+        (["eval", ENV, "--rollouts", "4"], "unrecognized arguments: --rollouts"),  # no prefix of a flag
+        (["envs", "--run"], "unrecognized arguments: --run"),
         ([], "the following arguments are required: COMMAND"),
     ],
 )

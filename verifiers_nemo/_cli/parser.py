@@ -95,7 +95,12 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """One line of error and where to find help; exit 2 (no usage dump, no traceback)."""
+    """One line of error and where to find help; exit 2 (no usage dump, no traceback). A flag is spelled out: no
+    prefix of a long flag is taken for it (``--rollouts 4`` would silently be ``--rollouts-per-example 4``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\nSee '{self.prog} --help'.\n")
