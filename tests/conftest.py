@@ -3,6 +3,7 @@ test file's wall and CPU seconds and how many Gym stacks and Ray heads it starte
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -80,3 +81,27 @@ def session_ray_heads(request: pytest.FixtureRequest) -> Iterator[_SessionHeads 
     heads = _SessionHeads()
     yield heads
     heads.release()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_real_model(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object | None]:
+    """When the run has real-model tests, their vLLM server starts at the session's start (it takes minutes to
+    load on 2 cores) and loads while the other tests run; ``tests/realmodel``'s ``real_model`` waits for it. None
+    when the run has no such test or the tier is switched off; the error when it cannot start (the tier reports it)."""
+    from tests.realmodel.server import SWITCH, Launch, NotBuilt, find_build
+
+    wanted = any(Path(str(item.fspath)).parent.name == "realmodel" for item in request.session.items)
+    if not wanted or os.environ.get(SWITCH) == "0":
+        yield None
+        return
+    try:
+        launch = Launch(find_build(), tmp_path_factory.mktemp("real-model") / "server.log")
+    except (NotBuilt, OSError) as exc:
+        yield exc
+        return
+    try:
+        yield launch
+    finally:
+        launch.stop()

@@ -157,8 +157,8 @@ class ServedEnv:
         return set(re.findall(r"rollout done: id=(\w+)", self.log(pid)))
 
     def stack_sessions(self, worker: int) -> set[int]:
-        """The process sessions a worker's Gym stack and Ray head lead (each runs under a supervisor that
-        leads its own session)."""
+        """The process sessions of a worker's Gym stack (it runs under a supervisor that leads its own session;
+        the Ray head it joins is the machine's, no descendant of the worker)."""
         own = (_stat(worker) or ("", 0, 0))[2]
         table = live_pids()
         return {table[p][1] for p in descendants(worker) if p in table and table[p][1] != own}
@@ -170,7 +170,7 @@ class ServedEnv:
         cache = str(self.cache)
         return {
             "ports": listening_ports(tree),
-            "ray_dirs": {m for c in commands for m in re.findall(r"vnr-ray-\d+-\w+", c)},
+            "ray_heads": {m for c in commands for m in re.findall(r"\+ray_head_node_address=([\d.]+:\d+)", c)},
             "run_dirs": {d for d in map(cwd, tree) if d.startswith(f"{cache}/runs/")},
             "log_dirs": {m for c in commands for m in re.findall(re.escape(cache) + r"/logs/[^/\s]+", c)},
         }

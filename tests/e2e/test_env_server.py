@@ -177,14 +177,15 @@ def test_elastic_pool_grows_to_two_workers_and_every_recorded_reward_comes_back(
     )
 
 
-def test_each_worker_has_its_own_gym_stack(grown: Grown) -> None:
-    """Ports, Ray heads, run folders and log folders: each worker's own, none shared."""
+def test_each_worker_has_its_own_gym_stack_on_the_machine_s_one_ray_head(grown: Grown) -> None:
+    """Ports, run folders and log folders: each worker's own, none shared; the Ray head: one, the machine's, joined
+    by both (the pool grew without starting a second one)."""
     first, second = (grown.footprints[w] for w in grown.workers)
-    for what in ("ports", "ray_dirs", "run_dirs", "log_dirs"):
+    for what in ("ports", "run_dirs", "log_dirs"):
         assert first[what] and second[what], (what, first[what], second[what])
         assert not first[what] & second[what], (what, first[what] & second[what])
+    assert len(first["ray_heads"]) == 1 and first["ray_heads"] == second["ray_heads"], (first, second)
     for worker in grown.workers:
-        assert all(f"-{worker}-" in d for d in grown.footprints[worker]["ray_dirs"]), grown.footprints[worker]
         assert all(f"-{worker}-" in d for d in grown.footprints[worker]["run_dirs"]), grown.footprints[worker]
     assert grown.sessions[grown.workers[0]] and not grown.sessions[grown.workers[0]] & grown.sessions[grown.workers[1]]
 

@@ -368,9 +368,9 @@ async def test_sigint_twice_leaves_nothing_behind(tmp_path: Path, example_prompt
         assert proc.stderr is not None
         seen: list[str] = []
         await _read_until(proc.stderr, "Starting the Gym stack", seen, 60)
-        ray_temp = Path(tempfile.gettempdir()).glob
+        runs = cache / "runs"  # the stack's run folder exists from its launch on (it joins the machine's Ray head)
         deadline = time.monotonic() + 120
-        while not (list(ray_temp(f"vnr-ray-{proc.pid}-*")) and (when != "while rollouts run" or policy.first_calls)):
+        while not (list(runs.glob(f"*-{proc.pid}-*")) and (when != "while rollouts run" or policy.first_calls)):
             assert time.monotonic() < deadline and proc.returncode is None, f"not {when} in time: {''.join(seen)}"
             await asyncio.sleep(0.05)
         proc.send_signal(signal.SIGINT)

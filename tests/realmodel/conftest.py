@@ -15,15 +15,18 @@ from .server import SWITCH, NotBuilt, RealModelServer, find_build, serve
 
 
 @pytest.fixture(scope="session")
-def real_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealModelServer]:
+def real_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealModelServer]:
+    """The server the session started in the background (tests/conftest.py), else one started now."""
     if os.environ.get(SWITCH) == "0":
         pytest.skip(f"{SWITCH}=0: the real-model tier is switched off")
+    early = request.getfixturevalue("early_real_model")
+    if isinstance(early, Exception):
+        pytest.fail(str(early), pytrace=False)
     try:
-        build = find_build()
-    except NotBuilt as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
-        with serve(build, tmp_path_factory.mktemp("real-model") / "server.log") as server:
+        if early is not None:
+            yield early.ready()  # the session stops it
+            return
+        with serve(find_build(), tmp_path_factory.mktemp("real-model") / "server.log") as server:
             yield server
-    except RuntimeError as exc:
+    except (NotBuilt, RuntimeError) as exc:
         pytest.fail(str(exc), pytrace=False)

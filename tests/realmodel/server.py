@@ -106,12 +106,55 @@ def _stop(process: subprocess.Popen[bytes], grace: float = 30.0) -> None:
         process.wait(10)
 
 
-@contextlib.contextmanager
-def serve(build: Build, log: Path, *, start_timeout: float | None = None) -> Iterator[RealModelServer]:
-    """Start the server on a free 127.0.0.1 port, wait until ``GET /v1/models`` answers, yield it, stop it."""
-    if start_timeout is None:
-        start_timeout = float(os.environ.get("VERIFIERS_NEMO_REAL_MODEL_START_TIMEOUT", "900"))
-    port = _free_port()
+class Launch:
+    """A real-model server started on a free 127.0.0.1 port (``start``), not yet waited for: ``ready()`` waits until
+    ``GET /v1/models`` answers; ``stop()`` stops its whole process group. The suite starts it at the session's
+    start (tests/conftest.py), so that vLLM loads while other tests run."""
+
+    def __init__(self, build: Build, log: Path, *, start_timeout: float | None = None) -> None:
+        if start_timeout is None:
+            start_timeout = float(os.environ.get("VERIFIERS_NEMO_REAL_MODEL_START_TIMEOUT", "900"))
+        self.log = log
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + start_timeout
+        self.start_timeout = start_timeout
+        port = _free_port()
+        self.root = f"http://127.0.0.1:{port}"
+        self._server: RealModelServer | None = None
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as out:
+            self.process = subprocess.Popen(
+                _argv(build, port), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env(),
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )  # fmt: skip
+
+    def ready(self) -> RealModelServer:
+        """The server once it answers (at once after the first call); RuntimeError if it exited or timed out."""
+        while self._server is None:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the real-model server exited with {self.process.returncode}:\n{_tail(self.log)}")
+            try:
+                with urllib.request.urlopen(f"{self.root}/v1/models", timeout=5) as reply:
+                    if reply.status == 200:
+                        start_s = time.monotonic() - self.t0
+                        self._server = RealModelServer(
+                            f"{self.root}/v1", self.root, SERVED_MODEL, start_s, self.log, self.process
+                        )
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > self.deadline:
+                raise RuntimeError(
+                    f"the real-model server did not answer within {self.start_timeout:g} s:\n{_tail(self.log)}"
+                )
+            time.sleep(1.0)
+        return self._server
+
+    def stop(self) -> None:
+        _stop(self.process)
+
+
+def _argv(build: Build, port: int) -> list[str]:
     argv = [
         str(build.python), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(build.model), "--served-model-name", SERVED_MODEL,
@@ -127,7 +170,11 @@ def serve(build: Build, log: Path, *, start_timeout: float | None = None) -> Ite
         # torch.compile costs 1-6 minutes per start on 2 busy cores, and vLLM 0.32's compile cache fails to load
         # ("'function' object has no attribute 'finalize_loading'"), so it is paid on every start: run eagerly.
         argv.append("--enforce-eager")
-    env = {
+    return argv
+
+
+def _env() -> dict[str, str]:
+    return {
         **os.environ,
         "VLLM_TARGET_DEVICE": "cpu",
         "PYTHONUNBUFFERED": "1",  # the log is complete up to the moment it stops
@@ -141,31 +188,16 @@ def serve(build: Build, log: Path, *, start_timeout: float | None = None) -> Ite
         # The torch.compile cache lives with the build, so a warm CI cache starts faster.
         "VLLM_CACHE_ROOT": str(cache_root() / "vllm-cache"),
     }
-    log.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def serve(build: Build, log: Path, *, start_timeout: float | None = None) -> Iterator[RealModelServer]:
+    """Start the server on a free 127.0.0.1 port, wait until ``GET /v1/models`` answers, yield it, stop it."""
+    launch = Launch(build, log, start_timeout=start_timeout)
     try:
-        root = f"http://127.0.0.1:{port}"
-        deadline = t0 + start_timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the real-model server exited with {process.returncode}:\n{_tail(log)}")
-            try:
-                with urllib.request.urlopen(f"{root}/v1/models", timeout=5) as reply:
-                    if reply.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the real-model server did not answer within {start_timeout:g} s:\n{_tail(log)}")
-            time.sleep(1.0)
-        yield RealModelServer(f"{root}/v1", root, SERVED_MODEL, time.monotonic() - t0, log, process)
+        yield launch.ready()
     finally:
-        _stop(process)
+        launch.stop()
 
 
 if __name__ == "__main__":  # python -m tests.realmodel.server: start it, print the URL, serve until Ctrl-C
