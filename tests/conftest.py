@@ -83,25 +83,40 @@ def session_ray_heads(request: pytest.FixtureRequest) -> Iterator[_SessionHeads 
     heads.release()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def early_real_model(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[object | None]:
-    """When the run has real-model tests, their vLLM server starts at the session's start (it takes minutes to
-    load on 2 cores) and loads while the other tests run; ``tests/realmodel``'s ``real_model`` waits for it. None
-    when the run has no such test or the tier is switched off; the error when it cannot start (the tier reports it)."""
+REAL_MODEL_URL_VAR = "VERIFIERS_NEMO_TEST_REAL_MODEL_URL"
+"""Where the real-model server the run started early listens (inherited by xdist's workers)."""
+
+
+def _runs_real_model_tests(config: pytest.Config) -> bool:
+    tier = Path(__file__).parent / "realmodel"
+    for arg in config.args or [str(Path(__file__).parent)]:
+        path = Path(arg.split("::", 1)[0]).resolve()
+        if path == tier or tier in path.parents or path in tier.parents:
+            return True
+    return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """When the run has real-model tests, their vLLM server starts now (it takes minutes to load on 2 cores) and
+    loads while the other tests run; ``tests/realmodel``'s ``real_model`` waits for it. Started once, by the
+    controller under xdist (its workers inherit the address); failures to start are reported by the tier."""
     from tests.realmodel.server import SWITCH, Launch, NotBuilt, find_build
 
-    wanted = any(Path(str(item.fspath)).parent.name == "realmodel" for item in request.session.items)
-    if not wanted or os.environ.get(SWITCH) == "0":
-        yield None
+    if hasattr(config, "workerinput") or os.environ.get(SWITCH) == "0" or not _runs_real_model_tests(config):
         return
     try:
-        launch = Launch(find_build(), tmp_path_factory.mktemp("real-model") / "server.log")
-    except (NotBuilt, OSError) as exc:
-        yield exc
-        return
-    try:
-        yield launch
-    finally:
+        log = Path(tempfile.mkdtemp(prefix="vn-real-model-")) / "server.log"
+        launch = Launch(find_build(), log)
+    except (NotBuilt, OSError):
+        return  # the tier's fixture starts it itself and says why it cannot
+    config.stash[_EARLY_REAL_MODEL] = launch
+    os.environ[REAL_MODEL_URL_VAR] = f"{launch.root} {log}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    launch = config.stash.get(_EARLY_REAL_MODEL, None)
+    if launch is not None:
         launch.stop()
+
+
+_EARLY_REAL_MODEL = pytest.StashKey[object]()

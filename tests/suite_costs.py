@@ -308,16 +308,22 @@ def _cpu(who: int) -> float:
 
 
 class SuiteCosts:
-    """The plugin object: hooks that fill a ``Ledger``, and the table at the end."""
+    """The plugin object: hooks that fill a ``Ledger``, and the table at the end.
 
-    def __init__(self) -> None:
+    Under pytest-xdist each worker keeps its own ledger (its tests, its descendants) and hands it to the controller
+    when it finishes (``workeroutput``); the controller, which runs no test, only adds them up and prints."""
+
+    def __init__(self, role: str = "alone") -> None:
+        self.role = role
+        """``alone`` (no xdist), ``worker`` or ``controller``."""
         self.ledger = Ledger()
         self.current = OUTSIDE
         self.started = time.monotonic()
         self.self0, self.kids0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
-        token = secrets.token_hex(8)
+        token = secrets.token_hex(8)  # a worker's own: it counts its processes, not the other workers'
         os.environ[TOKEN_VAR] = token
-        self.sampler = ProcSampler(self.ledger, lambda: self.current, token) if ProcSampler.available() else None
+        sampled = ProcSampler.available() and role != "controller"
+        self.sampler = ProcSampler(self.ledger, lambda: self.current, token) if sampled else None
         if self.sampler is not None:
             self.sampler.start()
 
@@ -338,7 +344,21 @@ class SuiteCosts:
             self.current = OUTSIDE
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.ledger.add(file_of(report.nodeid), wall=report.duration)
+        if self.role != "controller":  # a worker's own ledger has it
+            self.ledger.add(file_of(report.nodeid), wall=report.duration)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if self.role == "worker" and workeroutput is not None:
+            if self.sampler is not None:
+                self.sampler.stop()
+            workeroutput["suite_costs"] = {name: vars(row) for name, row in self.ledger.snapshot().items()}
+
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        """A worker finished (xdist): its ledger joins the controller's."""
+        output = getattr(node, "workeroutput", {})
+        for name, row in output.get("suite_costs", {}).items():
+            self.ledger.add(name, **row)
 
     @pytest.hookimpl(trylast=True)  # after --durations: the last thing before the result line
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
@@ -351,14 +371,18 @@ class SuiteCosts:
         for row in files.values():
             tested.add(row)
         outside = files.setdefault(OUTSIDE, FileCost())
-        outside.wall += max(0.0, time.monotonic() - self.started - tested.wall)
+        elapsed = time.monotonic() - self.started
+        if self.role == "alone":  # under xdist the files' walls overlap: their sum is no part of the elapsed time
+            outside.wall += max(0.0, elapsed - tested.wall)
         outside.self_cpu += max(0.0, _cpu(resource.RUSAGE_SELF) - self.self0 - tested.self_cpu)
         outside.kids_cpu += max(0.0, _cpu(resource.RUSAGE_CHILDREN) - self.kids0 - tested.kids_cpu)
         tr = terminalreporter
         tr.write_sep("=", "suite costs per test file (slowest first)")
         for line in render(files):
             tr.write_line(line)
-        if self.sampler is None:
+        if self.role == "controller":
+            tr.write_line(f"xdist: each file's figures are its worker's; {elapsed:.1f}s elapsed in all")
+        elif self.sampler is None:
             tr.write_line("no /proc here: desc s, stacks and ray not measured")
         else:
             s = self.sampler
@@ -373,6 +397,10 @@ class SuiteCosts:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # an xdist worker: the controller prints the table
-        return
-    config.pluginmanager.register(SuiteCosts(), "suite_costs_plugin")
+    if hasattr(config, "workerinput"):  # an xdist worker: it measures, the controller prints the table
+        role = "worker"
+    elif getattr(config.option, "numprocesses", None) and getattr(config.option, "dist", "no") != "no":
+        role = "controller"
+    else:
+        role = "alone"
+    config.pluginmanager.register(SuiteCosts(role), "suite_costs_plugin")

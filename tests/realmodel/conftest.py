@@ -8,23 +8,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from .server import SWITCH, NotBuilt, RealModelServer, find_build, serve
+from tests.conftest import REAL_MODEL_URL_VAR
+
+from .server import SWITCH, NotBuilt, RealModelServer, find_build, serve, wait_ready
 
 
 @pytest.fixture(scope="session")
-def real_model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealModelServer]:
-    """The server the session started in the background (tests/conftest.py), else one started now."""
+def real_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealModelServer]:
+    """The server the run started at its start (tests/conftest.py), else one started now."""
     if os.environ.get(SWITCH) == "0":
         pytest.skip(f"{SWITCH}=0: the real-model tier is switched off")
-    early = request.getfixturevalue("early_real_model")
-    if isinstance(early, Exception):
-        pytest.fail(str(early), pytrace=False)
+    early = os.environ.get(REAL_MODEL_URL_VAR)
     try:
-        if early is not None:
-            yield early.ready()  # the session stops it
+        if early:
+            root, log = early.split(" ", 1)
+            yield wait_ready(root, Path(log))
             return
         with serve(find_build(), tmp_path_factory.mktemp("real-model") / "server.log") as server:
             yield server

@@ -82,7 +82,8 @@ class RealModelServer:
     model: str
     start_s: float
     log: Path
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None
+    """None when another process started it (the run's controller under xdist)."""
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -130,28 +131,36 @@ class Launch:
 
     def ready(self) -> RealModelServer:
         """The server once it answers (at once after the first call); RuntimeError if it exited or timed out."""
-        while self._server is None:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the real-model server exited with {self.process.returncode}:\n{_tail(self.log)}")
-            try:
-                with urllib.request.urlopen(f"{self.root}/v1/models", timeout=5) as reply:
-                    if reply.status == 200:
-                        start_s = time.monotonic() - self.t0
-                        self._server = RealModelServer(
-                            f"{self.root}/v1", self.root, SERVED_MODEL, start_s, self.log, self.process
-                        )
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > self.deadline:
-                raise RuntimeError(
-                    f"the real-model server did not answer within {self.start_timeout:g} s:\n{_tail(self.log)}"
-                )
-            time.sleep(1.0)
+        if self._server is None:
+            wait_ready(self.root, self.log, self.deadline - time.monotonic(), self.process)
+            start_s = time.monotonic() - self.t0
+            self._server = RealModelServer(f"{self.root}/v1", self.root, SERVED_MODEL, start_s, self.log, self.process)
         return self._server
 
     def stop(self) -> None:
         _stop(self.process)
+
+
+def wait_ready(
+    root: str, log: Path, timeout: float | None = None, process: subprocess.Popen[bytes] | None = None
+) -> RealModelServer:
+    """Wait until the server at ``root`` answers ``GET /v1/models`` (one started by this process, ``process``, or
+    by another: the run's controller under xdist); RuntimeError if it exited or ``timeout`` passed."""
+    if timeout is None:
+        timeout = float(os.environ.get("VERIFIERS_NEMO_REAL_MODEL_START_TIMEOUT", "900"))
+    t0 = time.monotonic()
+    while True:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the real-model server exited with {process.returncode}:\n{_tail(log)}")
+        try:
+            with urllib.request.urlopen(f"{root}/v1/models", timeout=5) as reply:
+                if reply.status == 200:
+                    return RealModelServer(f"{root}/v1", root, SERVED_MODEL, time.monotonic() - t0, log, process)
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() - t0 > timeout:
+            raise RuntimeError(f"the real-model server did not answer within {timeout:g} s:\n{_tail(log)}")
+        time.sleep(1.0)
 
 
 def _argv(build: Build, port: int) -> list[str]:
