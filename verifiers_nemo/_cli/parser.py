@@ -368,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rs = _command(commands, "replay-server", cmd_replay_server)
     rs.add_argument("env", nargs="?", metavar="ENV", help="a packaged Gym environment with recorded rollouts")
-    rs.add_argument("--jsonl-path", metavar="FILE", help="a recorded-rollouts file instead of the packaged one")
+    rs.add_argument(
+        "--jsonl-path",
+        metavar="FILE",
+        help="a recorded-rollouts file instead of the packaged one (without ENV, its rows must name their agent, "
+        "agent_ref, which the packaged recordings do not)",
+    )
     rs.add_argument("--port-file", metavar="FILE", help="also write the base URL to FILE")
     return parser

@@ -12,7 +12,10 @@ def cmd_replay_server(args: argparse.Namespace) -> int:
     from .._replay.serve import replay_server, serve_forever
 
     if not args.env and not args.jsonl_path:
-        return fail("name the environment whose recorded rollouts to serve (ENV), or pass --jsonl-path FILE.")
+        return fail(
+            "name the environment whose recorded rollouts to serve (ENV), or pass --jsonl-path FILE whose rows "
+            "name their agent (agent_ref)."
+        )
     try:
         upstream = replay_server(args.env, jsonl_path=args.jsonl_path)
     except VerifiersNemoError as exc:
