@@ -9,8 +9,10 @@ from there. For each Gym runtime (nemo-gym 0.4 in this interpreter's venv, 0.7 i
 - first: a fresh process starts a stack on a machine with no head of ours running (it starts the head too);
 - later: a second process starts a stack while the first one holds its stack (an added env-server worker, or
   the next eval): after, it joins the first one's head; before, it starts a head of its own;
-- added: what that second process adds to the machine: its processes (itself, its stack's, and before, its own
-  Ray head's) and their RSS and PSS (``/proc/PID/smaps_rollup``), read once it is ready.
+- added: what the second process's stack adds to the machine: the processes it started (its stack's, and before,
+  its own Ray head's; not the process itself, which an env-server worker is either way) and their RSS and PSS
+  (``/proc/PID/smaps_rollup``), read once it is ready;
+- 2 procs PSS: everything of both processes, themselves included, and of the head(s).
 
 Ready = ``GymStack.start()`` returned (every server answers). Each start is a new process; the heads folder is
 a fresh one per repeat (``VERIFIERS_NEMO_RAY_DIR``), so "first" never finds a head left by another repeat.
@@ -107,9 +109,10 @@ class Holder:
             raise RuntimeError(f"the stack did not start in {tree} (exit {self.proc.wait()})")
         self.info = json.loads(line)
 
-    def own_pids(self, head_is_own: bool) -> list[int]:
+    def started_pids(self, head_is_own: bool) -> list[int]:
+        """The processes this process started for its stack (and its head, when the head is its own)."""
         sids = [self.info["stack_sid"], *([self.info["head_sid"]] if head_is_own else [])]
-        return [self.proc.pid, *_sessions(*sids)]
+        return _sessions(*sids)
 
     def close(self) -> None:
         if self.proc.stdin:
@@ -128,7 +131,7 @@ def measure(tree: Path, env: str, python: str | None, shared: bool) -> dict[str,
         second = Holder(tree, env, python, heads_dir)
         if shared:
             assert first.info["head_sid"] == second.info["head_sid"], "the second process did not join the head"
-        added = second.own_pids(head_is_own=not shared)
+        added = second.started_pids(head_is_own=not shared)
         rss, pss = _memory(added)
         sids = {first.info[k] for k in ("stack_sid", "head_sid")} | {second.info[k] for k in ("stack_sid", "head_sid")}
         whole = _memory([first.proc.pid, second.proc.pid, *_sessions(*sids)])

@@ -66,7 +66,12 @@ STEPS = [
     Step("start_profile", "bench_start_profile.py", ["--repeats", "2"], ["--repeats", "1"]),
     Step("taskset", "bench_taskset.py", [], ["--rows", "100000"]),
     Step("ray", "bench_ray.py", ["--actors", "1,2,4"], ["--actors", "1,2,4", "--quick"]),
+    Step("shared_ray", "bench_shared_ray.py", ["--repeats", "2"], ["--repeats", "1"]),
 ]
+SHARED_RAY_TARGETS = {  # the machine's shared Ray head (issue 30), quiet 2-core machine, example_multi_step
+    "0.4": {"first_s": 7.0, "later_s": 4.0, "added_processes": 12, "added_pss_mib": 512},
+    "0.7": {"first_s": 9.0, "later_s": 6.0},
+}
 EXTRA_ENVS = "example_single_tool_call,example_multi_step,example_session_state_mgmt"
 
 
@@ -264,6 +269,25 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
     elif ry is not None:
         t.section("Ray actors")
         t.add("bench_ray.py", str(ry))
+
+    sr = results.get("shared_ray")
+    if isinstance(sr, dict):
+        t.section("one Ray head per machine vs per process (bench_shared_ray.py; ours = after, reference = before)")
+        rows = {(r["release"], r["design"]): r for r in sr["rows"]}
+        for release, targets in SHARED_RAY_TARGETS.items():
+            after, before = rows.get((release, "after")), rows.get((release, "before"))
+            if after is None or before is None:
+                continue
+            for key, label in (("first_s", "first stack, s"), ("later_s", "a later process's stack, s"),
+                               ("added_processes", "processes an added stack starts"),
+                               ("added_pss_mib", "PSS an added stack adds, MiB")):  # fmt: skip
+                goal = targets.get(key)
+                ratio = f"{before[key] / after[key]:.2f}x" if after[key] else ""
+                target = (f"<= {goal:g}", met(after[key] <= goal)) if goal is not None else ("", "")
+                t.add(f"nemo-gym {release}: {label}", f"{after[key]:.1f}", f"{before[key]:.1f}", ratio, *target)
+    elif sr is not None:
+        t.section("shared Ray head")
+        t.add("bench_shared_ray.py", str(sr))
 
     print(f"\n{'=' * 100}")
     print(
