@@ -77,23 +77,7 @@ async def tool_rollout(
     for turn in range(max_turns):
         started, t0 = time.time(), time.perf_counter()
         reply = await upstream.create_response(session, endpoint, copy.deepcopy(body))
-        calls.append(
-            PolicyCall(
-                index=turn,
-                status=200,
-                latency_s=time.perf_counter() - t0,
-                attempts=reply.attempts,
-                started_at=started,
-                request_json=dumps(reply.request),
-                response_json=dumps(reply.response),
-                upstream_status=reply.status,
-                prompt_token_ids=reply.prompt_token_ids,
-                completion_token_ids=reply.completion_token_ids,
-                completion_logprobs=reply.completion_logprobs,
-                context_overflow=reply.context_overflow,
-                finish_reason=reply.finish_reason,
-            )
-        )
+        calls.append(policy_call(turn, reply, started, time.perf_counter() - t0))
         output = reply.response["output"]
         function_calls = [item for item in output if item.get("type") == "function_call"]
         if not function_calls:
@@ -156,3 +140,22 @@ class RecordingProxy:
     async def __aexit__(self, *exc: object) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def policy_call(turn: int, reply: Any, started: float, seconds: float) -> PolicyCall:
+    """The trace entry of one answered call, as the proxy records it."""
+    return PolicyCall(
+        index=turn,
+        status=200,
+        latency_s=seconds,
+        attempts=reply.attempts,
+        started_at=started,
+        request_json=dumps(reply.request),
+        response_json=dumps(reply.response),
+        upstream_status=reply.status,
+        prompt_token_ids=reply.prompt_token_ids,
+        completion_token_ids=reply.completion_token_ids,
+        completion_logprobs=reply.completion_logprobs,
+        context_overflow=reply.context_overflow,
+        finish_reason=reply.finish_reason,
+    )

@@ -28,12 +28,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from verifiers_nemo._protocol import dumps
 from verifiers_nemo._routing.trace import PolicyCall
 from verifiers_nemo._routing.training_sample import TrainingSample, training_samples
 from verifiers_nemo._upstreams.exact_tokens import ExactTokensUpstream
 
-from .rollouts import TASKS, RecordingProxy, tool_result
+from .rollouts import TASKS, RecordingProxy, policy_call, tool_result
 from .server import RealModelServer, find_build
 
 MAX_TOKENS = 40
@@ -69,24 +68,6 @@ def _auto(task: str, seed: int) -> dict[str, Any]:
     return body
 
 
-def _policy_call(turn: int, reply: Any, started: float, seconds: float) -> PolicyCall:
-    return PolicyCall(
-        index=turn,
-        status=200,
-        latency_s=seconds,
-        attempts=reply.attempts,
-        started_at=started,
-        request_json=dumps(reply.request),
-        response_json=dumps(reply.response),
-        upstream_status=reply.status,
-        prompt_token_ids=reply.prompt_token_ids,
-        completion_token_ids=reply.completion_token_ids,
-        completion_logprobs=reply.completion_logprobs,
-        context_overflow=reply.context_overflow,
-        finish_reason=reply.finish_reason,
-    )
-
-
 async def _rollout(
     upstream: ExactTokensUpstream, session: aiohttp.ClientSession, endpoint: Any, first: dict[str, Any]
 ) -> list[PolicyCall]:
@@ -96,7 +77,7 @@ async def _rollout(
     for turn in range(MAX_TURNS):
         started, t0 = time.time(), time.perf_counter()
         reply = await upstream.create_response(session, endpoint, copy.deepcopy(body))
-        calls.append(_policy_call(turn, reply, started, time.perf_counter() - t0))
+        calls.append(policy_call(turn, reply, started, time.perf_counter() - t0))
         output = reply.response["output"]
         tool_calls = [item for item in output if item.get("type") == "function_call"]
         follow: list[dict[str, Any]] = [

@@ -28,36 +28,35 @@ def start_supervised(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict
     (``[host, port]`` pairs whose closing ends the grace early), ``remove`` (paths removed once the session is
     down) and ``logs`` (removed too, unless the launch failed). With ``leases`` (``dir``, ``lock``, ``state``,
     ``linger_s``, ``poll_s``) the launch is not this process's: use ``start_detached``."""
-    return subprocess.Popen(
-        [str(python), str(GYM_SIDE / "supervisor.py"), json.dumps(spec)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    )
+    return _popen(python, spec, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
 
 
 def start_detached(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict[str, str]) -> int:
     """Start a leased launch (``spec["leases"]``, see ``start_supervised``) under a supervisor that is no
     child of this process and leads a session of its own; returns its pid (also its session id). It lives
     while a process holds a lease: no death of this process, SIGKILL included, takes it down."""
-    with subprocess.Popen(
-        [str(python), str(GYM_SIDE / "supervisor.py"), json.dumps(spec)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-    ) as starter:
+    with _popen(python, spec, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE) as starter:
         assert starter.stdout is not None
         line = starter.stdout.readline()
     try:
         return int(line)
     except ValueError:
         raise OSError(f"the supervisor of {spec['argv'][0]} did not start (exit {starter.returncode})") from None
+
+
+def _popen(
+    python: Path, spec: dict[str, Any], *, cwd: Path, env: dict[str, str], stdin: int, stdout: int
+) -> subprocess.Popen[bytes]:
+    """The supervisor process for ``spec``, in a session of its own."""
+    return subprocess.Popen(
+        [str(python), str(GYM_SIDE / "supervisor.py"), json.dumps(spec)],
+        stdin=stdin,
+        stdout=stdout,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
 
 
 def stop_supervised(
