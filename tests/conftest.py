@@ -83,6 +83,30 @@ def session_ray_heads(request: pytest.FixtureRequest) -> Iterator[_SessionHeads 
     heads.release()
 
 
+LONGEST_FIRST = (
+    "tests/e2e/test_gym07.py",
+    "tests/e2e/test_replay.py",
+    "tests/e2e/test_verifiers_env.py",
+    "tests/e2e/test_stack.py",
+    "tests/e2e/test_env_server.py",
+    "tests/faults/test_shared_ray_head.py",
+    "tests/e2e/test_options.py",
+    "tests/e2e/test_readme.py",
+    "tests/faults/test_eval_kill_resume.py",
+    "tests/e2e/test_ray.py",
+    "tests/faults/test_port_collision.py",
+)
+"""The test files that take longest (the suite-costs table's wall column, two xdist workers), run first: each
+worker takes the next file when it is free, so the long ones are spread over both and none is left for the end
+while the other worker idles. The others keep their order (tests/faults' files that share its package-scoped
+stack among them: test_first_use, 100 s, is one)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep order
+
+
 REAL_MODEL_URL_VAR = "VERIFIERS_NEMO_TEST_REAL_MODEL_URL"
 """Where the real-model server the run started early listens (inherited by xdist's workers)."""
 
