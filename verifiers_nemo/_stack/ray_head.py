@@ -45,7 +45,7 @@ from .._gym import GymRuntime
 from .._gym.runtime import site_packages
 from .config import HOST
 from .logs import logs_dir
-from .procs import kill_session, port_accepts, remove_path, reserve_ports
+from .procs import kill_session, port_state, remove_path, reserve_ports
 from .registry import Registry
 from .supervisor import start_detached
 
@@ -105,8 +105,9 @@ class HeadState:
         return f"{HOST}:{self.gcs_port}"
 
     def alive(self) -> bool:
-        """Whether the head still runs: its supervisor is the same live process and its GCS answers."""
-        return _start_time(self.pid) == self.started and port_accepts(HOST, self.gcs_port)
+        """Whether the head still runs: its supervisor is the same live process and its GCS listens (a connection
+        that times out on a loaded machine is not taken for a dead head, which would be torn down)."""
+        return _start_time(self.pid) == self.started and port_state(HOST, self.gcs_port, timeout=2.0) != "refused"
 
 
 class RayHead:
