@@ -79,7 +79,8 @@ class NeMoGymHarness:
     taskset's (``NeMoGymTaskset(gym_python=, gym_version=)``); naming a release other than the one the taskset read
     its rows from is refused.
 
-    Stacks join the process's one Ray head (``shared_ray=True``); pass ``shared_ray=False`` to let each
+    Stacks join the machine's one Ray head for Gym stacks, shared with other processes through leases
+    (``shared_ray=True``); pass ``shared_ray=False`` to let each
     stack's ``ng_run`` start a Ray cluster of its own, or ``overrides=["+ray_head_node_address=HOST:PORT"]``
     to join a cluster of yours.
 

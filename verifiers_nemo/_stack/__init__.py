@@ -2,7 +2,8 @@
 
 config (what to run) → plan (pure: servers, argv, environment) → supervisor (start/stop a supervised
 launcher) → stack (lifecycle) ← monitor (death from process exit) → deaths (who is told); registry
-(one refcounted object per key: stacks, Ray heads); ray_head; requirements; logs; procs (Linux helpers).
+(one refcounted object per key: stacks, leases on Ray heads); ray_head (the machine's shared Ray head, held
+through leases); requirements; logs; procs (Linux helpers).
 """
 
 from .config import StackConfig, StackInfo

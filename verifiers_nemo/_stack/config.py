@@ -35,8 +35,9 @@ class StackConfig:
     secrets: frozenset[str] = field(default=frozenset(), repr=False)
     """Values Gym processes must never see (API keys): environment variables holding one are dropped."""
     shared_ray: bool = True
-    """Join the process's one Ray head (see ``ray_head``) instead of letting ng_run start a Ray cluster
-    per stack. Ignored when ``overrides`` name a ``ray_head_node_address`` of their own."""
+    """Join the machine's one Ray head for Gym stacks (see ``ray_head``: shared by every process through leases)
+    instead of letting ng_run start a Ray cluster per stack. Ignored when ``overrides`` name a
+    ``ray_head_node_address`` of their own."""
     start_timeout: float = 300.0
     stop_timeout: float = 10.0
 
@@ -52,5 +53,6 @@ class StackInfo:
     agent_names: tuple[str, ...]
     ready_seconds: float
     pids: tuple[int, ...] = field(repr=False)
-    """The stack's processes, and those of the Ray head it joined (shared with the process's other stacks)."""
+    """The stack's processes, and those of the Ray head it joined (the machine's, shared with other stacks and
+    other processes: its memory is not this stack's alone)."""
     rss_bytes: int = 0
