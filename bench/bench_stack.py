@@ -7,11 +7,11 @@ run in a fresh working directory (cold: it builds one venv per server with uv; w
 start in the same directory, where the venvs exist but are still re-synced). Ready = every server
 answers ``GET /`` (polled every 0.1 s for both, so neither pays ng_run's own 3 s poll).
 GymStack: cold = first start with an empty cache directory; warm = later starts, each the process's
-first stack (so it starts the process's shared Ray head, at the same time as ng_run); "joined" = a
-stack started while another stack of the process keeps the Ray head up (a second environment, or a
-restart after a death); "own Ray" = ``shared_ray=False``, ng_run starting a Ray cluster of its own
-(how GymStack started before the shared head). Also prints each stack's process count and total RSS
-once ready (for GymStack, with its Ray head's processes).
+first stack with no head held on the machine (so it starts the machine's shared Ray head, then ng_run once
+the head's node is registered); "joined" = a stack started while another stack keeps the Ray head up (a
+second environment, another process's stack, or a restart after a death); "own Ray" =
+``shared_ray=False``, ng_run starting a Ray cluster of its own (how GymStack started before the shared head).
+Also prints each stack's process count and total RSS once ready (for GymStack, with its Ray head's processes).
 """
 
 from __future__ import annotations
