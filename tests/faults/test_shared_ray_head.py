@@ -199,6 +199,7 @@ def test_a_killed_head_is_replaced_and_every_holder_s_stack_recovers(gym_root: P
     try:
         first = [_read(p) for p in holders]
         assert first[0]["head"] == first[1]["head"]
+        assert _ray_workers(first[0]["head"]) == []  # Gym's drivers connected: Ray prestarted no idle worker
         os.killpg(first[0]["head"], signal.SIGKILL)  # the head's whole process group, as an OOM kill could
 
         for proc in holders:
