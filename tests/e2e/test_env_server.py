@@ -246,13 +246,14 @@ def test_killed_gym_agent_loses_no_episode_and_later_ones_succeed(grown: Grown) 
     assert all(_recorded_reward_back(e) for e in by_worker.get(bystander, [])), "the other worker was disturbed"
     assert all(_recorded_reward_back(e) for e in episodes if e["outcome"] == "ok")
 
-    restarted = wait_for(
-        lambda: (pid := grown.served.agent_pid(victim)) not in (None, agent) and pid, 300, "a restarted Gym agent"
-    )
+    # The stack restarts when a rollout finds it dead: one in flight at the kill, or (when every episode the
+    # victim held was answered before the agent died, as happens on a quiet machine) the first later one.
     grown.client.send("after-agent-kill", 20)
     later = grown.client.wait_episodes("after-agent-kill", 20, BATCH_S)
     assert all(_recorded_reward_back(e) for e in later), [(e["outcome"], e.get("errors")) for e in later][:3]
     assert _by_worker(grown, later).get(victim), "the restarted worker ran none of the later episodes"
+    restarted = grown.served.agent_pid(victim)
+    assert restarted not in (None, agent), f"the victim's Gym agent was not restarted (agent pid {restarted})"
     print(f"agent {agent} killed: {len(failed)}/40 failed (each gym_server_down), none lost; restarted as {restarted}")
 
 
