@@ -174,6 +174,8 @@ def _argv(build: Build, port: int) -> list[str]:
         "--max-num-batched-tokens", "8192",
         "--enable-scale-out",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--chat-template", str(CHAT_TEMPLATE),
+        # One process (with VLLM_ENABLE_V1_MULTIPROCESSING=0 below): see _env.
+        "--distributed-executor-backend", "uni",
     ]  # fmt: skip
     if os.environ.get("VERIFIERS_NEMO_REAL_MODEL_COMPILE") != "1":
         # torch.compile costs 1-6 minutes per start on 2 busy cores, and vLLM 0.32's compile cache fails to load
@@ -194,6 +196,13 @@ def _env() -> dict[str, str]:
         # told: 1 GiB holds ~23k tokens of this model, plenty for the tier, and leaves the rest to the Gym stacks.
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
         "DO_NOT_TRACK": "1",
+        # One process, one thread: the server shares 2 cores with the suite's Gym stacks. vLLM's default on CPU, an
+        # engine process and a worker process, has the engine busy-poll the worker's reply queue (shm_broadcast's
+        # SpinCondition) on a core of its own while the worker computes. Measured on 2 cores, 1,050 tokens (3
+        # requests, then 4 at once): default 15.6 s wall and 31 CPU-s; this 16.5 s and 17 CPU-s.
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
         # The torch.compile cache lives with the build, so a warm CI cache starts faster.
         "VLLM_CACHE_ROOT": str(cache_root() / "vllm-cache"),
     }
