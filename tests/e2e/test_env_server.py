@@ -37,10 +37,10 @@ NEMO_ENV = "example_multi_step"
 LOAD_EPISODES = 120
 MULTIPLEX = 8  # the pool's scale-up trigger: a second worker once 90% of 1 x 8 episodes are in flight
 BATCH_S = 900  # a busy 2-core machine: starting a worker (verifiers' import + a Gym stack) can take minutes
-HUNG_AFTER_S = 45.0
+HUNG_AFTER_S = 20.0
 """The client-side bound on an episode in the worker-death test: far above any episode a live worker serves
 here (measured: the slowest 1 s, on a busy CI machine a few), so an episode not back by then was lost with its
-worker (verifiers 0.4.0 never answers it). The test waits this long for those: it was 120 s of idle waiting."""
+worker (verifiers 0.4.0 never answers it). The test waits this long for those, idle: it was 120 s, then 45 s."""
 
 
 @pytest.fixture(scope="module")
