@@ -74,6 +74,8 @@ class SynonymPolicy:
         self.replicas = replicas
         self.first_calls: Counter[int] = Counter()
         self.calls_by_port: Counter[int] = Counter()
+        self.in_flight = 0
+        """Calls being answered: aiohttp finishes a handler whose client went away (an interrupted run's)."""
         self._runner: web.AppRunner | None = None
         self.ports: list[int] = []
 
@@ -110,6 +112,13 @@ class SynonymPolicy:
 
     async def _responses(self, request: web.Request) -> web.Response:
         self.calls_by_port[int(request.transport.get_extra_info("sockname")[1])] += 1  # type: ignore[union-attr]
+        self.in_flight += 1
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.Response:
         body = await request.json()
         items = body["input"]
         if self.delay:
@@ -272,6 +281,10 @@ async def test_interrupted_run_resumes_exactly_the_missing_rollouts(tmp_path: Pa
             f.write('{"task_index": 4, "rollout_index": 3, "rew')
 
         policy.delay = 0
+        # The interrupted run's last calls may still be in their delay: count them before the resume starts.
+        deadline = time.monotonic() + 30
+        while policy.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         calls_before = sum(policy.first_calls.values())
         code, out2, err2 = await _cli("eval", "-R", str(run_dir), "-c", "8", cwd=tmp_path)
 
