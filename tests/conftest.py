@@ -87,19 +87,26 @@ LONGEST_FIRST = (
     "tests/e2e/test_gym07.py",
     "tests/e2e/test_replay.py",
     "tests/e2e/test_verifiers_env.py",
+    "tests/faults/test_shared_ray_head.py",
     "tests/e2e/test_stack.py",
     "tests/e2e/test_env_server.py",
-    "tests/faults/test_shared_ray_head.py",
-    "tests/e2e/test_options.py",
     "tests/e2e/test_readme.py",
-    "tests/faults/test_eval_kill_resume.py",
+    "tests/faults/test_first_use.py",
+    "tests/e2e/test_options.py",
+    "tests/realmodel/test_cli_exact_tokens_real.py",
+    "tests/realmodel/test_exact_tokens_real.py",
     "tests/e2e/test_ray.py",
+    "tests/e2e/test_report.py",
+    "tests/faults/test_eval_kill_resume.py",
+    "tests/e2e/test_cli.py",
+    "tests/faults/test_stack_faults.py",
     "tests/faults/test_port_collision.py",
 )
 """The test files that take longest (the suite-costs table's wall column, two xdist workers), run first: each
 worker takes the next file when it is free, so the long ones are spread over both and none is left for the end
-while the other worker idles. The others keep their order (tests/faults' files that share its package-scoped
-stack among them: test_first_use, 100 s, is one)."""
+while the other worker idles (pyproject's ``--no-loadscope-reorder`` keeps xdist to this order). The others keep
+their collection order, the unit tests last. The real-model files come once their server, started with the run,
+has had time to load."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
