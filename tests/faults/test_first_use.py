@@ -374,7 +374,10 @@ async def test_sigint_twice_leaves_nothing_behind(tmp_path: Path, example_prompt
             assert time.monotonic() < deadline and proc.returncode is None, f"not {when} in time: {''.join(seen)}"
             await asyncio.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        await asyncio.sleep(0.3)  # the scenario itself: an impatient second Ctrl-C
+        # The scenario itself: an impatient second Ctrl-C, while the first one's stop is under way. Sent as soon as
+        # the run says it is stopping: a fixed 0.3 s could come after the whole stop (0 rollouts done, and a stack
+        # that joined the machine's Ray head stops in well under a second), and the run had exited 130 by then.
+        await _read_until(proc.stderr, "again to force", seen, 60)
         proc.send_signal(signal.SIGINT)
         _, rest = await asyncio.wait_for(proc.communicate(), 60)
 
