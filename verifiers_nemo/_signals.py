@@ -47,6 +47,37 @@ OnSignal = Callable[[signal.Signals, int], object]
 """``on_signal(sig, count)``: ``count`` is how many signals the block has captured so far, this one included."""
 
 
+# -- what a forced exit waits for -------------------------------------------------------------------
+
+FORCED_EXIT_WAIT_S = 5.0
+_unfinished = threading.Lock()
+_unfinished_owner: int | None = None
+
+
+@contextlib.contextmanager
+def before_forced_exit() -> Iterator[None]:
+    """A short section a forced exit (a repeated signal) lets finish first, at most ``FORCED_EXIT_WAIT_S``:
+    one that leaves files behind unless it completes, e.g. a stack's run folder created before the
+    supervisor that removes it is started. One at a time in the process."""
+    global _unfinished_owner
+    with _unfinished:
+        _unfinished_owner = threading.get_ident()
+        try:
+            yield
+        finally:
+            _unfinished_owner = None
+
+
+def end_now(sig: signal.Signals) -> None:
+    """End the process by ``sig`` (its default action) at once, as the user asked by repeating it: after a
+    ``before_forced_exit`` section another thread is in (unless it is this thread, which the handler
+    interrupted)."""
+    if _unfinished_owner != threading.get_ident() and _unfinished.acquire(timeout=FORCED_EXIT_WAIT_S):
+        _unfinished.release()
+    signal.signal(sig, signal.SIG_DFL)
+    signal.raise_signal(sig)
+
+
 @dataclass
 class CapturedSignals:
     """The signals a ``capture_signals()`` block received, in order; true when there is one."""
@@ -122,7 +153,7 @@ def run_exit_teardown() -> None:
 
     def on_signal(sig: signal.Signals, count: int) -> None:
         if count > 1:
-            _end_by(sig)
+            end_now(sig)
 
     with capture_signals(on_signal, force=False, reraise=False) as captured:
         while True:
@@ -135,10 +166,4 @@ def run_exit_teardown() -> None:
             except Exception:
                 logger.exception("teardown at exit failed: %r", callback)
     if captured:
-        _end_by(captured.signals[0])
-
-
-def _end_by(sig: signal.Signals) -> None:
-    """End the process by ``sig`` (its default action), as the user asked."""
-    signal.signal(sig, signal.SIG_DFL)
-    signal.raise_signal(sig)
+        end_now(captured.signals[0])

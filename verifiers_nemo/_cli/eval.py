@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._eval import format_summary, plural, run_metadata, slim_record
 from .._exceptions import ConfigurationError, MissingRequirementsError, VerifiersNemoError
-from .._signals import CapturedSignals, capture_signals
+from .._signals import CapturedSignals, capture_signals, end_now
 from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
 from .progress import Progress
 from .report import REPORT_FILE, report_unavailable, write_and_tell
@@ -216,8 +216,7 @@ class _Interrupt:
 
     def on_signal(self, sig: signal.Signals, count: int) -> None:
         if count > 1:  # asked again: end now (the stack's supervisor cleans up after this process)
-            signal.signal(sig, signal.SIG_DFL)
-            signal.raise_signal(sig)
+            end_now(sig)
         elif self._loop is not None:
             self._loop.call_soon_threadsafe(self._stop, sig)
 

@@ -29,7 +29,7 @@ import yaml
 from .._exceptions import ConfigurationError, StackStartError
 from .._gym import GymRuntime, ServerInstance, cache_dir, find_gym_runtime
 from .._gym.env_vars import config_variable_names
-from .._signals import at_exit
+from .._signals import at_exit, before_forced_exit
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
@@ -372,6 +372,10 @@ class GymStack:
         sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
         remove_legacy_port_locks(cache_dir() / "ports")
         name = run_id(self.config.name, os.getpid(), secrets.token_hex(4))
+        with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
+            return self._new_launch(runtime, ray_head, links, name)
+
+    def _new_launch(self, runtime: GymRuntime, ray_head: RayHead | None, links: Path, name: str) -> Launch:
         run_dir = cache_dir() / "runs" / name
         log_dir = logs_dir() / name
         (log_dir / SERVER_LOGS).mkdir(parents=True)
