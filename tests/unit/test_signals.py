@@ -66,3 +66,46 @@ def test_sigint_becomes_keyboard_interrupt_after_the_block() -> None:
         signal.raise_signal(signal.SIGINT)
         finished = bool(captured)
     assert finished
+
+
+_FORCED_EXIT = """
+import sys, threading, time
+from pathlib import Path
+from verifiers_nemo._signals import before_forced_exit, end_now
+import signal
+done = Path(sys.argv[1])
+entered = threading.Event()
+
+def section():
+    with before_forced_exit():
+        entered.set()
+        time.sleep(float(sys.argv[2]))
+        done.write_text("finished")
+
+threading.Thread(target=section, daemon=True).start()
+entered.wait()
+end_now(signal.SIGTERM)  # what a second Ctrl-C does
+"""
+
+
+@pytest.mark.parametrize("section_s", [0.5, 30.0])
+def test_a_forced_exit_lets_a_before_forced_exit_section_finish_but_waits_no_longer_than_its_bound(
+    tmp_path, section_s: float
+) -> None:
+    """Another thread's section (a stack's run folder before its supervisor exists) finishes before the process
+    ends by the signal; one that outlasts ``FORCED_EXIT_WAIT_S`` does not hold the exit."""
+    import subprocess
+    import sys
+    import time
+
+    from verifiers_nemo._signals import FORCED_EXIT_WAIT_S
+
+    done = tmp_path / "done"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _FORCED_EXIT, str(done), str(section_s)], timeout=60)
+    took = time.monotonic() - started
+    assert proc.returncode == -signal.SIGTERM
+    if section_s < FORCED_EXIT_WAIT_S:
+        assert done.read_text() == "finished"
+    else:
+        assert not done.exists() and took < section_s
