@@ -71,7 +71,7 @@ def before_forced_exit() -> Iterator[None]:
 def end_now(sig: signal.Signals) -> None:
     """End the process by ``sig`` (its default action) at once, as the user asked by repeating it: after a
     ``before_forced_exit`` section another thread is in (unless it is this thread, which the handler
-    interrupted)."""
+    interrupted). The one wait a handler may make (bounded), since nothing runs after it."""
     if _unfinished_owner != threading.get_ident() and _unfinished.acquire(timeout=FORCED_EXIT_WAIT_S):
         _unfinished.release()
     signal.signal(sig, signal.SIG_DFL)
