@@ -37,56 +37,48 @@ def _ports(stack: GymStack) -> list[int]:
     return [int(url.rsplit(":", 1)[1]) for url in [info.head_url, *info.server_urls.values()]]
 
 
-def test_stack_starts_answers_and_stops_without_leftovers(gym_root: Path, own_ray_dir: Path) -> None:
-    stack = GymStack(_config(gym_root, "example_single_tool_call"))
-    info = stack.start()
-    sid = stack.launch.supervisor.pid
-    head = stack.ray_head
-    ports = [*_ports(stack), head.gcs_port]
-    assert set(info.server_urls) == {"example_single_tool_call", "example_single_tool_call_simple_agent"}
-    assert info.agent_names == ("example_single_tool_call_simple_agent",)
-    for url in [info.head_url, *info.server_urls.values()]:
-        assert url.startswith("http://127.0.0.1:")
-        assert _get(url + "/") == 200
-    assert stack.agent_url() == info.server_urls["example_single_tool_call_simple_agent"]
-    assert len(info.pids) > 3 and info.rss_bytes > 0
-
-    assert session_pids(head.pid) and set(session_pids(head.pid)) <= set(info.pids)
-
-    stack.stop()
-    stack.stop()  # idempotent
-
-    assert session_pids(sid) == []
-    # The head had no other holder: it stops within a poll of its leases and a graceful teardown.
-    wait_until(lambda: session_pids(head.pid) == [], timeout=20)
-    wait_until(lambda: not head.temp_dir.exists(), timeout=5)  # Ray's session files were the head's own
-    assert not any(port_accepts("127.0.0.1", port) for port in ports)
-    assert list((head.folder / "leases").iterdir()) == [] and not (head.folder / "head.json").exists()
-
-
-def test_two_stacks_of_different_environments_run_at_once(gym_root: Path, own_ray_dir: Path) -> None:
+def test_two_stacks_start_answer_share_one_head_and_stop_without_leftovers(gym_root: Path, own_ray_dir: Path) -> None:
+    """Two stacks of different environments at once, on disjoint ports, joined to one Ray head (the first starts
+    it, the second joins it instead of starting a cluster). Stopping one (twice: idempotent) leaves nothing of it
+    and leaves the head to the other; stopping the other stops the head, its files and its ports."""
     a = GymStack(_config(gym_root, "example_single_tool_call"))
     b = GymStack(_config(gym_root, "example_multi_step"))
     try:
-        a.start()
+        info = a.start()
         b.start()
-        assert not set(_ports(a)) & set(_ports(b))
-        for stack in (a, b):
-            for url in stack.info().server_urls.values():
-                assert _get(url + "/") == 200
-        # one Ray head: the second stack joined it instead of starting a cluster
-        assert a.ray_head is b.ray_head and a.ray_head.alive
-        joined = f"Connecting to Ray cluster at specified address: {a.ray_head.address}"
-        assert all(joined in stack.log_path.read_text() for stack in (a, b))
         head = a.ray_head
+        sid = a.launch.supervisor.pid
+        a_ports, b_ports = _ports(a), _ports(b)
+        assert not set(a_ports) & set(b_ports)
+        assert set(info.server_urls) == {"example_single_tool_call", "example_single_tool_call_simple_agent"}
+        assert info.agent_names == ("example_single_tool_call_simple_agent",)
+        for stack in (a, b):
+            for url in [stack.info().head_url, *stack.info().server_urls.values()]:
+                assert url.startswith("http://127.0.0.1:")
+                assert _get(url + "/") == 200
+        assert a.agent_url() == info.server_urls["example_single_tool_call_simple_agent"]
+        assert len(info.pids) > 3 and info.rss_bytes > 0
+        assert session_pids(head.pid) and set(session_pids(head.pid)) <= set(info.pids)
+        # one Ray head: the second stack joined it instead of starting a cluster
+        assert b.ray_head is head and head.alive
+        joined = f"Connecting to Ray cluster at specified address: {head.address}"
+        assert all(joined in stack.log_path.read_text() for stack in (a, b))
+
         a.stop()
+        a.stop()  # idempotent
+        assert session_pids(sid) == []
+        assert not any(port_accepts("127.0.0.1", port) for port in a_ports)
         assert head.alive  # still used by b
         assert _get(b.agent_url() + "/") == 200
     finally:
         a.stop()
         b.stop()
     assert not head.alive
+    # The head had no other holder: it stops within a poll of its leases and a graceful teardown.
     wait_until(lambda: session_pids(head.pid) == [], timeout=20)
+    wait_until(lambda: not head.temp_dir.exists(), timeout=5)  # Ray's session files were the head's own
+    assert not any(port_accepts("127.0.0.1", port) for port in [*b_ports, head.gcs_port])
+    assert list((head.folder / "leases").iterdir()) == [] and not (head.folder / "head.json").exists()
 
 
 def test_a_dead_ray_head_is_detected_and_restart_starts_a_new_one(gym_root: Path, own_ray_dir: Path) -> None:
@@ -155,7 +147,7 @@ _OWNER = textwrap.dedent(
     import json, signal, sys, time
     from pathlib import Path
     from verifiers_nemo._stack import GymStack, StackConfig
-    # VERIFIERS_NEMO_RAY_DIR is the test's: this process is its head's only holder.
+    # With the test's own VERIFIERS_NEMO_RAY_DIR this process is its head's only holder; else it joins the suite's.
     # A user's program, with Python's own Ctrl-C: after most of the suite (never alone) the SIGINT case has hung as
     # if SIGINT were ignored or blocked, both of which a child inherits from this test process.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -163,9 +155,10 @@ _OWNER = textwrap.dedent(
     stack = GymStack(StackConfig("example_single_tool_call", (Path(sys.argv[1]),), "http://127.0.0.1:9"))
     info = stack.start()
     ports = [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]]
-    sids = [stack.launch.supervisor.pid, stack.ray_head.pid]
-    dirs = [str(stack.launch.run_dir), str(stack.ray_head.temp_dir)]
-    print(json.dumps({"sids": sids, "ports": ports + [stack.ray_head.gcs_port], "dirs": dirs}), flush=True)
+    head = stack.ray_head
+    print(json.dumps({"sid": stack.launch.supervisor.pid, "ports": ports, "dir": str(stack.launch.run_dir),
+                      "head": {"sid": head.pid, "port": head.gcs_port, "dir": str(head.temp_dir),
+                               "leases": str(head.folder / "leases")}}), flush=True)
     time.sleep(600)
     """
 )
@@ -173,8 +166,14 @@ _OWNER = textwrap.dedent(
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=lambda s: s.name)
 def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(
-    gym_root: Path, sig: signal.Signals, own_ray_dir: Path
+    gym_root: Path, sig: signal.Signals, request: pytest.FixtureRequest
 ) -> None:
+    """SIGKILL: the owner is its Ray head's only holder (a head folder of its own), so the head goes too, its lease
+    released by the kernel. SIGTERM, SIGINT: the owner joins the suite's shared head, which outlives it, less the
+    owner's lease."""
+    own_head = sig == signal.SIGKILL
+    if own_head:
+        request.getfixturevalue("own_ray_dir")
     owner = subprocess.Popen(
         [sys.executable, "-c", _OWNER, str(env_config(gym_root, "example_single_tool_call"))],
         stdout=subprocess.PIPE,
@@ -183,16 +182,24 @@ def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(
     )
     try:
         started = json.loads(owner.stdout.readline())
-        assert all(session_pids(sid) for sid in started["sids"])  # the stack's session and its Ray head's
+        head = started["head"]
+        sids = [started["sid"], head["sid"]] if own_head else [started["sid"]]
+        dirs = [started["dir"], head["dir"]] if own_head else [started["dir"]]
+        ports = [*started["ports"], head["port"]] if own_head else started["ports"]
+        assert all(session_pids(sid) for sid in [started["sid"], head["sid"]])  # the stack's session, its head's
         owner.send_signal(sig)
         # SIGINT: the owner tears down in-process, bounded by the stack's stop_timeout (10 s); 60 s is that with
         # margin for a busy machine (quiet: under 1 s; 30 s was once too little at load 25).
         owner.wait(timeout=60)
-        # Its stack goes with it; the head goes once its supervisor sees the owner's lease dead (0.5 s polls).
-        wait_until(lambda: not any(session_pids(sid) for sid in started["sids"]), timeout=30)
+        # Its stack goes with it; its own head goes once its supervisor sees the owner's lease dead (0.5 s polls).
+        wait_until(lambda: not any(session_pids(sid) for sid in sids), timeout=30)
         # the run folder and the Ray head's files go too, even when the owner could not remove them (SIGKILL)
-        wait_until(lambda: not any(Path(d).exists() for d in started["dirs"]), timeout=10)
-        assert not any(port_accepts("127.0.0.1", port) for port in started["ports"])
+        wait_until(lambda: not any(Path(d).exists() for d in dirs), timeout=10)
+        assert not any(port_accepts("127.0.0.1", port) for port in ports)
+        if not own_head:  # the shared head stays for its other holders, without the owner's lease
+            leases = Path(head["leases"])
+            wait_until(lambda: not any(p.name.startswith(f"{owner.pid}-") for p in leases.iterdir()), timeout=10)
+            assert session_pids(head["sid"]) and port_accepts("127.0.0.1", head["port"])
     finally:
         if owner.poll() is None:
             owner.kill()
