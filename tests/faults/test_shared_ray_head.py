@@ -105,16 +105,17 @@ def _ray_workers(head_pid: int) -> list[str]:
     return [p for p in _programs(head_pid) if p.startswith("ray::") and p not in agents]
 
 
-def _agent_environ(head_pid: int) -> dict[str, str]:
-    """The environment of the head's dashboard agent (the process that sends the node's reports)."""
+def _raylet_environ(head_pid: int) -> dict[str, str]:
+    """The environment of the head's raylet, which starts the dashboard agent with it. (Not the agent's own: Ray
+    renames the agent's process, and ``setproctitle`` may overwrite the memory ``/proc/PID/environ`` reads.)"""
     for pid in session_pids(head_pid):
         try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"ray::DashboardAgent":
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"/raylet"):
                 pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
                 return dict(p.decode(errors="replace").split("=", 1) for p in pairs if b"=" in p)
         except OSError:
             continue
-    raise AssertionError("the head has no dashboard agent")
+    raise AssertionError("the head has no raylet")
 
 
 def _stop(*procs: subprocess.Popen[str]) -> None:
@@ -213,7 +214,7 @@ def test_a_killed_head_is_replaced_and_every_holder_s_stack_recovers(gym_root: P
         assert first[0]["head"] == first[1]["head"]
         assert _ray_workers(first[0]["head"]) == []  # Gym's drivers connected: Ray prestarted no idle worker
         # node reports for a dashboard the head does not run: once a minute, not every 2.5 s
-        assert _agent_environ(first[0]["head"]).get("REPORTER_UPDATE_INTERVAL_MS") == "60000"
+        assert _raylet_environ(first[0]["head"]).get("REPORTER_UPDATE_INTERVAL_MS") == "60000"
         os.killpg(first[0]["head"], signal.SIGKILL)  # the head's whole process group, as an OOM kill could
 
         for proc in holders:
