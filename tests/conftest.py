@@ -83,57 +83,35 @@ def session_ray_heads(request: pytest.FixtureRequest) -> Iterator[_SessionHeads 
     heads.release()
 
 
-SUITE_ORDER = (
-    # Each can keep both cores busy alone (nine-environment stacks, two starting at once): they start the run.
+LONGEST_FIRST = (
     "tests/e2e/test_gym07.py",
     "tests/e2e/test_replay.py",
-    # Mostly waiting (timeouts, sleeps, one-core work): beside the 0.7 catalogue, which takes what they leave.
-    "tests/unit/",
-    # Then a file that keeps the cores busy (starting stacks, vf-eval, CLIs) next to one that mostly waits (bounds,
-    # rollouts on the real model's one-thread server): files go out two at a time in this order, so the busy one
-    # takes the core the waiting one leaves. The real-model files are kept apart (one server, one thread) and come
-    # once their server has had time to load.
     "tests/e2e/test_verifiers_env.py",
-    "tests/faults/test_upstream_faults.py",
-    "tests/e2e/test_stack.py",
-    "tests/realmodel/test_cli_exact_tokens_real.py",
-    "tests/e2e/test_env_server.py",
-    "tests/e2e/test_harness.py",
     "tests/faults/test_shared_ray_head.py",
+    "tests/e2e/test_stack.py",
+    "tests/e2e/test_env_server.py",
     "tests/e2e/test_readme.py",
-    "tests/e2e/test_requirements.py",
-    "tests/e2e/test_report.py",
+    "tests/faults/test_first_use.py",
+    "tests/e2e/test_options.py",
+    "tests/realmodel/test_cli_exact_tokens_real.py",
     "tests/realmodel/test_exact_tokens_real.py",
     "tests/e2e/test_ray.py",
-    "tests/faults/test_first_use.py",
-    "tests/e2e/test_cli.py",
-    "tests/e2e/test_judges.py",
-    "tests/e2e/test_options.py",
-    "tests/realmodel/test_logprobs_real.py",
+    "tests/e2e/test_report.py",
     "tests/faults/test_eval_kill_resume.py",
+    "tests/e2e/test_cli.py",
     "tests/faults/test_stack_faults.py",
     "tests/faults/test_port_collision.py",
-    # Short and busy to the end, so that neither worker waits long for the other.
-    "tests/realmodel/test_gym_stack_real.py",
-    "tests/e2e/test_verifiers_catalogue.py",
-    "tests/faults/test_routing.py",
 )
-"""The order xdist hands out test files in (pyproject's ``--no-loadscope-reorder`` keeps it; a worker takes the next
-file when it is nearly done with its own). The run is CPU-bound on 2 cores: this order keeps both busy to the end.
-A folder (``tests/unit/``) stands for every file in it; files not named keep their collection order after the
-named ones. Wall and CPU per file: the suite-costs table at the end of every run."""
-
-
-def _rank(nodeid: str) -> int:
-    path = nodeid.split("::", 1)[0]
-    for i, name in enumerate(SUITE_ORDER):
-        if path == name or (name.endswith("/") and path.startswith(name)):
-            return i
-    return len(SUITE_ORDER)
+"""The test files that take longest (the suite-costs table's wall column, two xdist workers), run first: each
+worker takes the next file when it is free, so the long ones are spread over both and none is left for the end
+while the other worker idles (pyproject's ``--no-loadscope-reorder`` keeps xdist to this order). The others keep
+their collection order, the unit tests last. The real-model files come once their server, started with the run,
+has had time to load."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: _rank(item.nodeid))  # stable: files keep their order within a rank
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep order
 
 
 REAL_MODEL_URL_VAR = "VERIFIERS_NEMO_TEST_REAL_MODEL_URL"
