@@ -4,8 +4,8 @@ Every nemo-gym server is a Ray driver (``ray.init`` when it starts), so every ``
 cluster of its own unless it is given ``+ray_head_node_address`` (nemo-gym's public seam for an existing
 cluster). That cluster was half of a stack's processes and most of its memory. Here every process of the
 machine that starts a Gym stack joins one head instead: the first starts it (``ray start --head --block``
-from the Gym runtime, lean: no autoscaler monitor, no log monitor, no prestarted workers), later ones
-join it, and it stops once no process holds it any more.
+from the Gym runtime, lean: no autoscaler monitor, no log monitor, no prestarted workers, node reports once
+a minute), later ones join it, and it stops once no process holds it any more.
 
 On disk, under ``ray_dir()`` (``VERIFIERS_NEMO_RAY_DIR``, else ``<tmp>/vnr-ray-<uid>``, mode 0700), one
 folder per head key (``head_key``: Ray's version and the runtime's Python, which Ray requires to match):
