@@ -325,10 +325,17 @@ class GymHarness(vf.Harness[GymHarnessConfig]):
 
 
 def resolve_api(choice: ApiChoice, ctx: Any) -> Literal["responses", "chat"]:
-    """``auto`` is ``chat`` under a training client (prime-rl's speaks chat only), else ``responses``."""
+    """``auto`` is ``chat`` under a training client (prime-rl's speaks chat only), else ``responses``; ``responses``
+    under a training client is refused (``ConfigurationError``: its every call would fail)."""
+    training = isinstance(getattr(ctx, "client", None), vf.TrainClientConfig)
+    if choice == "responses" and training:
+        raise ConfigurationError(
+            "verifiers' training client (client.type = train) speaks Chat Completions only, and this harness is set "
+            'to the Responses API: leave --env.agent.harness.api at "auto" or set it to "chat".'
+        )
     if choice != "auto":
         return choice
-    return "chat" if isinstance(getattr(ctx, "client", None), vf.TrainClientConfig) else "responses"
+    return "chat" if training else "responses"
 
 
 def _gym_task(data: GymTaskData) -> Task:

@@ -16,7 +16,11 @@ data. It prints ``{"event": "ready", ...}``, then reads commands on stdin, one J
 ``{"batch": NAME, "count": N, "timeout": SECONDS|null}`` starts N episodes (task ``i % len(tasks)``) at
 once, each bounded by ``timeout`` (prime-rl sets none); every episode prints one ``{"event": "episode",
 ...}`` line when it ends (``"outcome"``: ``ok``, ``failed``, ``error`` (the request raised) or
-``timeout``). The client never exits by itself: stop it with SIGTERM or by closing stdin.
+``timeout``). A command may also name the batch's own ``"client"`` (a verifiers client config, e.g. the
+training client prime-rl's orchestrator hands every episode: ``{"type": "train", "base_url": ...,
+"renderer": {...}, "renderer_model_name": ...}``), ``"model"``, ``"sampling"`` and ``"traces"`` (a file each
+episode's traces are appended to, as verifiers records them). The client never exits by itself: stop it
+with SIGTERM or by closing stdin.
 """
 
 from __future__ import annotations
@@ -95,16 +99,24 @@ async def client(args: argparse.Namespace) -> None:
     loaded_at = time.monotonic()
     tasks = list(vf.load_taskset(config.taskset))
     emit(event="ready", tasks=len(tasks), import_s=imported_s, load_s=time.monotonic() - loaded_at)
-    client_config = vf.EvalClientConfig(base_url=args.base_url, api_key_var="POLICY_KEY")
+    from pydantic import TypeAdapter
+    from verifiers.v1.configs.client import ClientConfig
+
+    default_client = vf.EvalClientConfig(base_url=args.base_url, api_key_var="POLICY_KEY")
+    client_configs = TypeAdapter(ClientConfig)
     running: set[asyncio.Task] = set()
 
-    async def one(batch: str, i: int, timeout: float | None) -> None:
+    async def one(request: dict[str, Any], i: int) -> None:
+        batch, timeout = request["batch"], request.get("timeout")
+        client_config = client_configs.validate_python(request["client"]) if request.get("client") else default_client
+        sampling = vf.SamplingConfig.model_validate(request.get("sampling") or {})
         task = tasks[i % len(tasks)]
         sent = time.monotonic()
         line: dict[str, Any] = {"event": "episode", "batch": batch, "i": i, "task": i % len(tasks)}
         try:
+            data = task.data.model_dump(mode="json")
             episode = await asyncio.wait_for(
-                env_client.run(client_config, "m", vf.SamplingConfig(), task.data.model_dump(mode="json")), timeout
+                env_client.run(client_config, request.get("model") or "m", sampling, data), timeout
             )
         except TimeoutError:
             line.update(outcome="timeout")
@@ -123,6 +135,9 @@ async def client(args: argparse.Namespace) -> None:
                 gym_error=(outcome.get("error") or {}).get("type"),
                 trainable=trace.agent.trainable if trace.agent is not None else None,
             )
+            if request.get("traces"):
+                with open(request["traces"], "a") as out:
+                    out.writelines(json.dumps(t.to_record()) + "\n" for t in episode.traces)
         line["elapsed_s"] = time.monotonic() - sent
         emit(**line)
 
@@ -132,7 +147,7 @@ async def client(args: argparse.Namespace) -> None:
             break
         request = json.loads(command)
         for i in range(request["count"]):
-            job = asyncio.create_task(one(request["batch"], i, request.get("timeout")))
+            job = asyncio.create_task(one(request, i))
             running.add(job)
             job.add_done_callback(running.discard)
         emit(event="sent", batch=request["batch"], count=request["count"])

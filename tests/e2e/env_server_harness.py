@@ -247,10 +247,11 @@ class EpisodeClient:
             raise AssertionError(f"the client exited: {self.err_path.read_text(errors='replace')[-3000:]}")
         return next((line for line in list(self.lines) if line["event"] == "ready"), None)
 
-    def send(self, batch: str, count: int, timeout: float | None = None) -> float:
-        """Start ``count`` episodes at once; the monotonic time they were all handed to the client."""
+    def send(self, batch: str, count: int, timeout: float | None = None, **options: Any) -> float:
+        """Start ``count`` episodes at once; the monotonic time they were all handed to the client. ``options``:
+        the batch's own ``client``, ``model``, ``sampling`` and ``traces`` file (see ``env_server_driver``)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"batch": batch, "count": count, "timeout": timeout}) + "\n")
+        self.proc.stdin.write(json.dumps({"batch": batch, "count": count, "timeout": timeout, **options}) + "\n")
         self.proc.stdin.flush()
         wait_for(lambda: any(x["event"] == "sent" and x["batch"] == batch for x in list(self.lines)), 60, "sent")
         return time.monotonic()

@@ -12,13 +12,14 @@ import contextlib
 import json
 import os
 import sys
-import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.policies import DualApiPolicy, LocalServer
+from tests.e2e.policies import DualApiPolicy
+from tests.e2e.train_engines import TrainEngines, train_client, vf_eval_config
+from tests.realmodel.server import NotBuilt, find_build
 from verifiers_nemo import NeMoGymTaskset
 from verifiers_nemo._replay import replay_tasks
 
@@ -34,6 +35,25 @@ def vf_python() -> Path:
     if not VF_PYTHON.exists():
         pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup-tests` builds the verifiers venv these tests run in")
     return VF_PYTHON
+
+
+@pytest.fixture(scope="module")
+def engines(vf_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainEngines]:
+    """Scripted engines for verifiers' training client (tests/e2e/train_engines.py), with the test model's real
+    tokenizer (the real-model tier's build: `.ci/setup-tests` makes it)."""
+    try:
+        tokenizer = find_build().model
+    except NotBuilt as exc:
+        pytest.fail(str(exc), pytrace=False)
+    engines = TrainEngines(vf_python, tokenizer, tmp_path_factory.mktemp("train-engines"))
+    yield engines
+    engines.stop()
+
+
+def _train_config(tmp_path: Path, engines: TrainEngines, script: str) -> list[str]:
+    """vf-eval's arguments for the training client (prime-rl's) sampling from scripted engine ``script``."""
+    client = train_client(engines.base_url(f"script/{script}"), find_build().model)
+    return ["@", str(vf_eval_config(tmp_path / f"{script}.toml", client, {"max_tokens": 120}))]
 
 
 def _environ(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -183,17 +203,18 @@ async def test_vf_eval_replay_on_ray_actors_reproduces_recorded_rewards(vf_pytho
 
 
 async def test_vf_eval_sends_judge_calls_to_the_configured_judge_with_its_own_key(
-    vf_python: Path, tmp_path: Path
+    vf_python: Path, tmp_path: Path, engines: TrainEngines
 ) -> None:
-    """simpleqa in vf-eval: the policy (through verifiers' interception) always answers Paris; its judge
-    (Chat Completions) is the one named with --env.agent.harness.judge-*, with the judge's key."""
+    """simpleqa in vf-eval under verifiers' training client (prime-rl's): the policy (scripted, through verifiers'
+    interception and its renderer) always answers Paris; its judge (Chat Completions) is the one named with
+    --env.agent.harness.judge-*, with the judge's key, and no judge call is a turn of the rollout's graph."""
     from tests.e2e.test_judges import ChatJudge
 
-    async with DualApiPolicy(lambda user, system, outputs: ("say", "Paris", {})) as policy, ChatJudge() as judge:
+    async with ChatJudge() as judge:
         code, output, episodes = await vf_eval(
             vf_python,
             tmp_path,
-            policy.base_url,
+            engines.base_url("script/paris"),
             "--env.taskset.nemo-env",
             "simpleqa",
             "--env.agent.harness.judge-base-url",
@@ -206,6 +227,7 @@ async def test_vf_eval_sends_judge_calls_to_the_configured_judge_with_its_own_ke
             "5",
             "-r",
             "1",
+            *_train_config(tmp_path, engines, "paris"),
             extra_env={"JUDGE_KEY": "sk-judge-test"},
         )
     assert code == 0, output[-3000:]
@@ -213,7 +235,11 @@ async def test_vf_eval_sends_judge_calls_to_the_configured_judge_with_its_own_ke
     assert len(traces) == 5 and all(t["ok"] for t in traces), [t.get("errors") for t in traces]
     assert sorted(_reward(t) for t in traces) == [0.0, 0.0, 0.0, 0.0, 1.0]  # only "capital of France" is Paris
     assert judge.calls == 5 and judge.authorizations == {"Bearer sk-judge-test"} and judge.models == {"jud"}
-    assert len(policy.calls) == 5 and "sk-judge-test" not in {c["authorization"] for c in policy.calls}
+    seen = engines.seen()
+    assert seen["calls"]["script/paris"] == 5 and "Bearer sk-judge-test" not in seen["authorizations"]["script/paris"]
+    for trace in traces:  # one policy turn each, one branch: the judge's calls are not in the graph
+        assert [n["message"]["role"] for n in trace["nodes"]] == ["user", "assistant"], trace["nodes"]
+        assert trace["nodes"][-1]["sampled"] and trace["nodes"][-1]["message"]["content"] == "Paris"
 
 
 # -- the same tasks through verifiers and through our own CLI (for chat, where the newest openai is installed) --
@@ -298,56 +324,6 @@ async def test_vf_eval_matches_our_cli_and_records_every_call(vf_python: Path, t
         assert sum(bool(n.get("sampled")) for n in nodes) == len(trace["calls"])
 
 
-# -- prime-rl's path: verifiers' env server ------------------------------------------------------------
-
-_ENV_SERVER_SCRIPT = textwrap.dedent(
-    """
-    import asyncio, json, sys
-    import verifiers.v1 as vf
-    from verifiers.v1.serve.server import EnvServer
-    from verifiers.v1.serve.client import EnvClient
-
-    async def main(base_url):
-        config = vf.resolve_env_config(
-            {"taskset": {"id": "nemo-gym-env", "nemo_env": "example_multi_step", "limit": 3},
-             "agent": {"harness": {"id": "nemo-gym-env", "api": "chat"}}}
-        )
-        server = EnvServer(config, address="tcp://127.0.0.1:0")
-        serving = asyncio.create_task(server.run())
-        client = EnvClient(server.address)
-        await client.wait_for_server_startup()
-        tasks = list(vf.load_taskset(config.taskset))
-        client_config = vf.EvalClientConfig(base_url=base_url, api_key_var="POLICY_KEY")
-        episodes = await asyncio.gather(*(
-            client.run(client_config, "m", vf.SamplingConfig(), t.data.model_dump(mode="json")) for t in tasks
-        ))
-        for episode in episodes:
-            trace = episode.traces[0]
-            print(json.dumps({"ok": trace.ok, "reward": trace.rewards["nemo_gym"].score,
-                              "calls": len(trace.calls), "errors": [e.message for e in trace.errors]}))
-        await client.close()
-        serving.cancel()
-        try:
-            await serving
-        except asyncio.CancelledError:
-            pass
-
-    asyncio.run(main(sys.argv[1]))
-    """
-)
-
-
-async def test_verifiers_env_server_serves_the_environment_over_chat(vf_python: Path, tmp_path: Path) -> None:
-    async with DualApiPolicy() as policy:
-        code, output = await _run([str(vf_python), "-c", _ENV_SERVER_SCRIPT, policy.base_url], tmp_path)
-        calls = list(policy.calls)
-    assert code == 0, output[-3000:]
-    results = [json.loads(line) for line in output.splitlines() if line.startswith('{"ok"')]
-    assert len(results) == 3, output[-3000:]
-    assert all(r["ok"] and r["calls"] in (3, 4) and r["reward"] is not None for r in results), results
-    assert {c["api"] for c in calls} == {"chat"}
-
-
 # -- bad input through verifiers ---------------------------------------------------------------------
 
 
@@ -373,18 +349,20 @@ async def test_vf_eval_bad_input_fails_with_one_clear_error(
     assert not any(t["ok"] for t in _traces(episodes))
 
 
-def test_auto_api_is_chat_under_a_training_client(vf_python: Path) -> None:
+def test_auto_api_is_chat_under_a_training_client_and_responses_is_refused_there(vf_python: Path) -> None:
     script = (
         "import verifiers.v1 as vf; from verifiers_nemo._verifiers_v1 import resolve_api;"
         "train = vf.ModelContext(model='m', client=vf.TrainClientConfig());"
         "ev = vf.ModelContext(model='m', client=vf.EvalClientConfig());"
-        "print(resolve_api('auto', train), resolve_api('auto', ev), resolve_api('responses', train))"
+        "print(resolve_api('auto', train), resolve_api('auto', ev), resolve_api('responses', ev));"
+        "resolve_api('responses', train)"
     )
     import subprocess
 
     out = subprocess.run([str(vf_python), "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["chat", "responses", "responses"]
+    assert out.stdout.split() == ["chat", "responses", "responses"], out.stderr[-2000:]
+    assert out.returncode != 0 and "ConfigurationError" in out.stderr
+    assert "Chat Completions only" in out.stderr and "--env.agent.harness.api" in out.stderr
 
 
 async def test_vf_eval_max_turns_bounds_gym_steps_so_rollouts_still_verify(vf_python: Path, tmp_path: Path) -> None:
@@ -415,31 +393,29 @@ async def test_vf_eval_max_turns_bounds_gym_steps_so_rollouts_still_verify(vf_py
 
 
 async def test_vf_eval_failed_rollout_is_a_harness_error_never_a_reward_of_zero(
-    vf_python: Path, tmp_path: Path
+    vf_python: Path, tmp_path: Path, engines: TrainEngines
 ) -> None:
-    from aiohttp import web
-
-    class RefusingModel(LocalServer):
-        """Answers every Responses call 404: the model is not served."""
-
-        async def refuse(self, request: web.Request) -> web.Response:
-            return web.json_response({"error": {"message": "model 'm' does not exist"}}, status=404)
-
-        def add_routes(self, app: web.Application) -> None:
-            app.router.add_post("/v1/responses", self.refuse)
-
-    async with RefusingModel() as model:
-        _code, output, episodes = await vf_eval(
-            vf_python, tmp_path, model.base_url, "--env.taskset.nemo-env", "example_single_tool_call", "-n", "2"
-        )
+    """Under verifiers' training client, an engine answering generate in vLLM 0.32's shape (which renderers 0.1.12
+    cannot read) fails every rollout at once, with one line naming the cause and the fix: never retried (the
+    interception answers 502, a status otherwise retried), never a reward of 0."""
+    _code, output, episodes = await vf_eval(
+        vf_python,
+        tmp_path,
+        engines.base_url("script/vllm-0.32"),
+        "--env.taskset.nemo-env",
+        "example_single_tool_call",
+        "-n",
+        "2",
+        *_train_config(tmp_path, engines, "vllm-0.32"),
+    )
     traces = _traces(episodes)
     assert len(traces) == 2, output[-3000:]
+    assert engines.seen()["calls"]["script/vllm-0.32"] == 2  # one generate call per rollout: no retry
     for trace in traces:
         assert not trace["ok"]
         assert _reward(trace) is None, "a failed rollout must carry no reward"
-        # verifiers' interception saw the provider fail and types it itself; our harness's own
-        # outcome says the same, typed.
-        assert [e["type"] for e in trace["errors"]] in (["ProviderError"], ["HarnessError"]), trace["errors"]
-        assert "404" in trace["errors"][0]["message"]
-        assert trace["info"]["nemo_gym"]["error"]["type"].startswith("upstream")
-        assert trace["info"]["nemo_gym"]["reward"] is None
+        assert [e["type"] for e in trace["errors"]] == ["HarnessError"], trace["errors"]
+        error = trace["info"]["nemo_gym"]["error"]
+        assert error["type"] == "upstream_http" and trace["info"]["nemo_gym"]["reward"] is None
+        assert "\n" not in error["message"]
+        assert '{"token_id": N}' in error["message"] and "Fix: serve the policy with prime-rl's" in error["message"]

@@ -335,6 +335,46 @@ def test_round_trip_reply_back_into_request_preserves_the_turn() -> None:
     assert messages[2] == {"role": "tool", "tool_call_id": "call_a", "content": "ok"}
 
 
+def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"content": None, "tool_calls": [_call("call_0", "increment_counter", '{"count": 1}')]},
+        {"content": "I will add both.", "tool_calls": [_call("call_0", "f", "{}"), _call("call_1", "f", '{"a": 2}')]},
+        {"content": None, "reasoning_content": "\nNext I add 1.\n", "tool_calls": [_call("call_0", "g", "{}")]},
+        {"content": "The count is ready.", "reasoning_content": "All done."},
+        {"content": "\n\n  spaced  \n", "tool_calls": [_call("call_0", "g", '{"x": [\n]}')]},
+        {"content": ""},
+    ],
+    ids=["call-only", "text-and-parallel-calls", "thinking-then-call", "thinking-then-answer", "whitespace", "empty"],
+)
+def test_a_training_client_reply_echoes_back_as_the_message_it_sampled(message: dict[str, Any]) -> None:
+    """What verifiers' training client answers (its `serialize_completion`: content None when there is no text,
+    `reasoning_content`, call ids `call_0`...) comes back, once the Gym agent sends its output items on with the
+    tool results, as the same message: the fields verifiers hashes to match a turn to what was sampled (content,
+    None and "" alike; reasoning_content; each call's id, name and arguments; each result's call id)."""
+    finish = "tool_calls" if message.get("tool_calls") else "stop"
+    response = chat_to_responses_reply(chat_reply(message, finish), {"model": "m", "input": "x"}).response
+    gym_validate(response)
+    calls = message.get("tool_calls") or []
+    items = [{"role": "user", "content": "x"}, *response["output"]]
+    for i, call in enumerate(calls):
+        items.append({"type": "function_call_output", "call_id": call["id"], "output": f"result {i}"})
+
+    echoed, *results = input_to_messages(items)[1:]
+
+    def hashed(m: dict[str, Any]) -> tuple[Any, ...]:
+        tool_calls = [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls") or []]
+        return m.get("content") or "", m.get("reasoning_content"), tool_calls
+
+    assert echoed["role"] == "assistant" and hashed(echoed) == hashed(message)
+    assert echoed.get("content") == message["content"]  # even None against ""
+    assert results == [{"role": "tool", "tool_call_id": c["id"], "content": f"result {i}"} for i, c in enumerate(calls)]
+
+
 def test_length_finish_reason_makes_the_response_incomplete() -> None:
     response = chat_to_responses_reply(chat_reply({"content": "Once upon"}, "length"), {"model": "m"}).response
 

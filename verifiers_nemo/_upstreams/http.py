@@ -23,6 +23,7 @@ from .._protocol.codec import dumps, loads
 from .._protocol.responses import incomplete_response
 from .._protocol.token_data import TokenData
 from .base import RetryPolicy, UpstreamReply
+from .refusals import known_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +87,9 @@ async def post_json(
 ) -> _HttpResult:
     """POST ``payload``; retry 408/429/5xx, connection errors and connect timeouts.
 
-    Returns the first non-retryable answer (2xx or 4xx), or raises ``UpstreamHTTPError`` / ``UpstreamTimeout`` /
-    ``UpstreamConnectionError`` once the
-    retries or the time budget are spent. ``secret`` is scrubbed from every message.
+    Returns the first non-retryable answer (2xx, 4xx, or a refusal no retry can change: ``refusals``), or raises
+    ``UpstreamHTTPError`` / ``UpstreamTimeout`` / ``UpstreamConnectionError`` once the retries or the time budget
+    are spent. ``secret`` is scrubbed from every message.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + retry.timeout
@@ -105,6 +106,8 @@ async def post_json(
                 status = resp.status
                 raw = await resp.read()
                 if status < 400 or (status not in RETRY_STATUSES and status < 500):
+                    return _HttpResult(status, raw, attempt)
+                if known_refusal(status, raw) is not None:
                     return _HttpResult(status, raw, attempt)
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
                 failure, problem = UpstreamHTTPError, f"HTTP {status}: {snippet(raw, secret)}"
@@ -175,6 +178,11 @@ class HttpUpstream:
                     result.attempts,
                     context_overflow=True,
                     request_json=payload,
+                )
+            refusal = known_refusal(result.status, result.body)
+            if refusal is not None:
+                raise UpstreamHTTPError(
+                    f"{url} refused the request (HTTP {result.status}): {refusal.describe()}", **facts
                 )
             raise UpstreamHTTPError(
                 f"{url} refused the request: HTTP {result.status}: {snippet(result.body, secret)}", **facts
