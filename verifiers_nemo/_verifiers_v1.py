@@ -104,6 +104,8 @@ class GymTaskData(vf.TaskData):
     """One Gym row: sent unchanged to the Gym agent's ``/run``."""
 
     row: dict[str, Any]
+    example_id: str | None = None
+    """The row's durable id in its file (verifiers 0.4.0 also shows it as ``id``; its later releases have none)."""
     nemo_env: str | None = None
     agent: str | None = None
     """The Gym agent instance that runs the row."""
@@ -159,8 +161,10 @@ def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
 
 def _task_data(task: Task, config: GymTasksetConfig) -> GymTaskData:
     recorded_reward = task.recorded_reward
+    durable = {"id": str(task.example_id)} if "id" in vf.TaskData.model_fields else {}
     return GymTaskData(
-        id=str(task.example_id),
+        **durable,
+        example_id=str(task.example_id),
         name=f"{task.env or Path(task.source).stem}:{task.example_id}",
         prompt=_prompt_messages(task.prompt, task.source),
         row=task.row,
@@ -345,7 +349,7 @@ def _gym_task(data: GymTaskData) -> Task:
         row=data.row,
         agent_name=data.agent,
         env=data.nemo_env,
-        example_id=data.id or str(data.idx),
+        example_id=data.example_id or str(data.idx),
         source=data.source,
         recorded=data.recorded_row is not None,
     )

@@ -248,7 +248,7 @@ tasks = taskset.load()
 harness = asyncio.run(_shared_harness(taskset.config.nemo_env, harness_config, gym_python=taskset.config.gym_python))
 judge = harness.judges.endpoints.default
 print(json.dumps({
-    "rows": [t.data.id for t in tasks],
+    "rows": [t.data.example_id for t in tasks],
     "sources": sorted({t.data.source.rsplit(":", 1)[0].rsplit("/", 1)[-1] for t in tasks}),
     "task_config_is_the_taskset_s": all(t.config is taskset.config.task for t in tasks),
     "timeout": harness.timeout,

@@ -20,6 +20,7 @@ small model cannot: a reasoning model's `<think>`, parallel tool calls, a turn c
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,11 @@ from typing import Any
 import pytest
 
 from tests.e2e import trace_graph
-from tests.e2e.env_server_harness import EpisodeClient, ServedEnv, env_config
+from tests.e2e.env_server_harness import EpisodeClient, ServedEnv
 from tests.e2e.test_verifiers_env import VF_PYTHON, _run
-from tests.e2e.train_engines import TrainEngines, train_client, vf_eval_config
+from tests.e2e.train_engines import CHAT_TEMPLATE, TrainEngines, renderer, train_client, vf_eval_config
 
-from .server import RealModelServer, find_build
+from .server import SERVED_MODEL, RealModelServer, find_build
 
 ROOT = Path(__file__).resolve().parents[2]
 GYM07_PYTHON = ROOT / ".venv-gym07" / "bin" / "python"
@@ -95,13 +96,41 @@ async def test_vf_eval_under_the_training_client_makes_each_gym_tool_rollout_one
 # -- verifiers' env server as prime-rl drives it, nemo-gym 0.7 ------------------------------------------------------
 
 
+def readme_training_config() -> dict[str, Any]:
+    """The README's Train with prime-rl block (prime-rl's `rl.toml`), its placeholders substituted: `MODEL` by the
+    tier's model, `TEMPLATE` by the tier's chat template, the renderer's file made absolute (the env server runs
+    from a folder of its own)."""
+    section = (ROOT / "README.md").read_text().split("### Train with prime-rl", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    block = block.replace('"MODEL"', json.dumps(SERVED_MODEL)).replace('"TEMPLATE"', json.dumps(str(CHAT_TEMPLATE)))
+    config = tomllib.loads(block)
+    renderer = config["orchestrator"]["renderer"]
+    renderer["import_path"] = str(ROOT / renderer["import_path"])
+    return config
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServedEnv, EpisodeClient, Path]]:
-    """One env server worker on nemo-gym 0.7 (prime-rl's `env-server`) and the orchestrator side's client."""
+def readme_config() -> dict[str, Any]:
+    config = readme_training_config()
+    # What the README names is what these tests run (the example renderer, which bridges by default).
+    assert {**config["orchestrator"]["renderer"], "bridge": True} == renderer(bridge=True)
+    return config
+
+
+@pytest.fixture(scope="module")
+def served(
+    readme_config: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServedEnv, EpisodeClient, Path]]:
+    """One env server worker on nemo-gym 0.7 (prime-rl's `env-server`) for the README's first training source, and
+    the orchestrator side's client. Test-only changes: the 0.7 runtime, and Gym's step bound lowered to keep the
+    one-thread model's time short."""
     if not GYM07_PYTHON.exists():
         pytest.fail(f"{GYM07_PYTHON} is missing: `bash .ci/setup-tests` builds the nemo-gym 0.7 runtime")
     tmp = tmp_path_factory.mktemp("train-env-server")
-    config = env_config(ENV, gym_python=str(GYM07_PYTHON))
+    source = readme_config["orchestrator"]["train"]["source"][0]
+    config = {"taskset": dict(source["env"]["taskset"]), "agent": {"harness": dict(source["env"]["agent"]["harness"])}}
+    assert config["taskset"]["nemo_env"] == ENV
+    config["taskset"]["gym_python"] = str(GYM07_PYTHON)
     config["agent"]["harness"]["max_steps"] = MAX_STEPS
     server = ServedEnv(tmp / "server", config, pool="static", workers=1)
     client = None
@@ -115,28 +144,32 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServedEnv
 
 
 BATCHES: dict[str, tuple[str, dict[str, Any], int]] = {
-    # name: (engine, sampling, episodes)
-    "bridged": ("vllm", REAL_SAMPLING, 2),
-    "re-rendered": ("vllm", REAL_SAMPLING, 2),
-    "reasoning": ("script/reasoning", {"max_tokens": 120}, 1),
-    "parallel": ("script/parallel", {"max_tokens": 120}, 1),
-    "truncated": ("script/truncated", {"max_tokens": 40}, 1),
+    # name: (engine, sampling beyond the README's, episodes)
+    "bridged": ("vllm", {"extra_body": {"structured_outputs": {"regex": TOOL_CALL_REGEX}}}, 2),
+    "re-rendered": ("vllm", {"extra_body": {"structured_outputs": {"regex": TOOL_CALL_REGEX}}}, 2),
+    "reasoning": ("script/reasoning", {}, 1),
+    "parallel": ("script/parallel", {}, 1),
+    "truncated": ("script/truncated", {"max_completion_tokens": 40}, 1),
 }
 
 
 @pytest.fixture(scope="module")
-def episodes(served: tuple[ServedEnv, EpisodeClient, Path], engines: TrainEngines) -> dict[str, list[dict[str, Any]]]:
-    """Every batch at once through the one worker (its Gym stack shared by all): each batch's traces."""
+def episodes(
+    served: tuple[ServedEnv, EpisodeClient, Path], engines: TrainEngines, readme_config: dict[str, Any]
+) -> dict[str, list[dict[str, Any]]]:
+    """Every batch at once through the one worker (its Gym stack shared by all): each batch's traces. Each episode
+    gets what prime-rl's orchestrator hands it: a training client with the README's renderer, the README's model
+    and its `[orchestrator.train.sampling]` (with prime-rl's default temperature, 1.0)."""
     server, client, tmp = served
-    for name, (engine, sampling, count) in BATCHES.items():
-        options = {"bridge": name != "re-rendered"}
+    sampling = {"temperature": 1.0, **readme_config["orchestrator"]["train"]["sampling"]}
+    for name, (engine, extra, count) in BATCHES.items():
         client.send(
             name,
             count,
             timeout=900,
-            client=train_client(engines.base_url(engine), find_build().model, **options),
-            model="smol" if engine == "vllm" else "m",
-            sampling=sampling,
+            client=train_client(engines.base_url(engine), find_build().model, bridge=name != "re-rendered"),
+            model=readme_config["model"]["name"] if engine == "vllm" else "m",
+            sampling={**sampling, **extra},
             traces=str(tmp / f"{name}.jsonl"),
         )
     traces: dict[str, list[dict[str, Any]]] = {}
