@@ -35,28 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "tests" / "e2e" / "env_server_driver.py"
-TOOL_CALL_REGEX = (
-    r'<tool_call>\n\{"name": "(increment_counter", "arguments": \{"count": [1-9]\}'
-    r'|get_counter_value", "arguments": \{\})\}\n</tool_call>'
-)
 MAX_STEPS = 3
-
-
-def readme_training_config(model: str, template: Path) -> dict[str, Any]:
-    """The README's Train with prime-rl block, `MODEL` and `TEMPLATE` substituted, the renderer's file absolute."""
-    section = (ROOT / "README.md").read_text().split("### Train with prime-rl", 1)[1]
-    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    block = block.replace('"MODEL"', json.dumps(model)).replace('"TEMPLATE"', json.dumps(str(template)))
-    config = tomllib.loads(block)
-    renderer = config["orchestrator"]["renderer"]
-    renderer["import_path"] = str(ROOT / renderer["import_path"])
-    return config
 
 
 # -- inside prime-rl's venv ----------------------------------------------------------------------------------------
@@ -196,13 +180,13 @@ def main() -> None:
         parser.error("--prime-rl-python is required: a Python of a prime-rl checkout's venv (see this script's help)")
 
     sys.path.insert(0, str(ROOT))
-    from tests.e2e.train_engines import CHAT_TEMPLATE, TrainEngines, train_client
+    from tests.e2e.train_engines import TOOL_CALL_REGEX, TrainEngines, readme_training_config, train_client
     from tests.realmodel.server import SERVED_MODEL, find_build, serve
 
     work = Path(tempfile.mkdtemp(prefix="bench-prime-rl-"))
     out = args.out or work / "outputs"
     build = find_build()
-    config = readme_training_config(SERVED_MODEL, CHAT_TEMPLATE)
+    config = readme_training_config(SERVED_MODEL)
     source = config["orchestrator"]["train"]["source"][0]
     env_config = {
         "taskset": dict(source["env"]["taskset"]),

@@ -14,10 +14,13 @@ The training client renders prompts itself and POSTs them to `<root>/inference/v
   script and of the prompt (how many tool results it holds), tokenized for real, honouring `max_tokens` (then
   `finish_reason` `length`) and reporting a logprob per token. The script `vllm-0.32` answers in vLLM 0.32's shape.
 
-The scripts but `paris` and `vllm-0.32` (which answer any question "Paris") play example_session_state_mgmt ("add A then add B
-then get the count", tools `increment_counter` and `get_counter_value`). `GET /calls` returns, per root, how many
-generate calls it answered and the Authorization headers they carried, and every reply it gave (`replies`: the
-completion's token IDs and logprobs, as the engine sent them).
+The scripts but `paris` and `vllm-0.32` (which answer any question "Paris") play example_session_state_mgmt ("add A
+then add B then get the count", tools `increment_counter` and `get_counter_value`). `GET /calls` returns, per root,
+how many generate calls it answered and the Authorization headers they carried, and every reply it gave
+(`replies`: the completion's token IDs and logprobs, as the engine sent them).
+
+The rest is the test side: `TrainEngines` starts this process and reads it; `train_client`, `vf_eval_config` and
+`readme_training_config` write the training client's config the way prime-rl, a vf-eval user and the README do.
 """
 
 from __future__ import annotations
@@ -224,6 +227,29 @@ def train_client(base_url: str, tokenizer: Path, *, bridge: bool = True) -> dict
         "renderer": renderer(bridge=bridge),
         "renderer_model_name": str(tokenizer),
     }
+
+
+TOOL_CALL_REGEX = (
+    r'<tool_call>\n\{"name": "(increment_counter", "arguments": \{"count": [1-9]\}'
+    r'|get_counter_value", "arguments": \{\})\}\n</tool_call>'
+)
+"""A structured-outputs regex that makes the test model call one of example_session_state_mgmt's tools every turn
+(it never calls one by itself); passed through the training client's sampling, as prime-rl's `extra_body` is."""
+
+
+def readme_training_config(model: str) -> dict[str, Any]:
+    """The README's Train with prime-rl block (prime-rl's `rl.toml`), its placeholders substituted: `MODEL` by
+    ``model``, `TEMPLATE` by the tier's chat template; the renderer's file made absolute (env servers run from folders
+    of their own)."""
+    import tomllib
+
+    section = (REPO / "README.md").read_text().split("### Train with prime-rl", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    block = block.replace('"MODEL"', json.dumps(model)).replace('"TEMPLATE"', json.dumps(str(CHAT_TEMPLATE)))
+    config = tomllib.loads(block)
+    renderer = config["orchestrator"]["renderer"]
+    renderer["import_path"] = str(REPO / renderer["import_path"])
+    return config
 
 
 def vf_eval_config(path: Path, client: dict[str, Any], sampling: dict[str, Any]) -> Path:

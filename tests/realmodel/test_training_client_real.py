@@ -20,7 +20,6 @@ small model cannot: a reasoning model's `<think>`, parallel tool calls, a turn c
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,14 @@ import pytest
 from tests.e2e import trace_graph
 from tests.e2e.env_server_harness import EpisodeClient, ServedEnv
 from tests.e2e.test_verifiers_env import VF_PYTHON, _run
-from tests.e2e.train_engines import CHAT_TEMPLATE, TrainEngines, renderer, train_client, vf_eval_config
+from tests.e2e.train_engines import (
+    TOOL_CALL_REGEX,
+    TrainEngines,
+    readme_training_config,
+    renderer,
+    train_client,
+    vf_eval_config,
+)
 
 from .server import SERVED_MODEL, RealModelServer, find_build
 
@@ -38,10 +44,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GYM07_PYTHON = ROOT / ".venv-gym07" / "bin" / "python"
 ENV = "example_session_state_mgmt"  # "add A then add B then get the count": two tools, short calls
 MAX_STEPS = 3  # every turn is a tool call: Gym's step bound ends the rollout, after which Gym verifies
-TOOL_CALL_REGEX = (
-    r'<tool_call>\n\{"name": "(increment_counter", "arguments": \{"count": [1-9]\}'
-    r'|get_counter_value", "arguments": \{\})\}\n</tool_call>'
-)
 REAL_SAMPLING = {"max_tokens": 40, "temperature": 0.0, "structured_outputs": {"regex": TOOL_CALL_REGEX}}
 
 
@@ -96,22 +98,9 @@ async def test_vf_eval_under_the_training_client_makes_each_gym_tool_rollout_one
 # -- verifiers' env server as prime-rl drives it, nemo-gym 0.7 ------------------------------------------------------
 
 
-def readme_training_config() -> dict[str, Any]:
-    """The README's Train with prime-rl block (prime-rl's `rl.toml`), its placeholders substituted: `MODEL` by the
-    tier's model, `TEMPLATE` by the tier's chat template, the renderer's file made absolute (the env server runs
-    from a folder of its own)."""
-    section = (ROOT / "README.md").read_text().split("### Train with prime-rl", 1)[1]
-    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    block = block.replace('"MODEL"', json.dumps(SERVED_MODEL)).replace('"TEMPLATE"', json.dumps(str(CHAT_TEMPLATE)))
-    config = tomllib.loads(block)
-    renderer = config["orchestrator"]["renderer"]
-    renderer["import_path"] = str(ROOT / renderer["import_path"])
-    return config
-
-
 @pytest.fixture(scope="module")
 def readme_config() -> dict[str, Any]:
-    config = readme_training_config()
+    config = readme_training_config(SERVED_MODEL)
     # What the README names is what these tests run (the example renderer, which bridges by default).
     assert {**config["orchestrator"]["renderer"], "bridge": True} == renderer(bridge=True)
     return config
