@@ -93,6 +93,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_readme.py",
     "tests/faults/test_first_use.py",
     "tests/e2e/test_options.py",
+    "tests/realmodel/test_training_client_real.py",
     "tests/realmodel/test_cli_exact_tokens_real.py",
     "tests/realmodel/test_exact_tokens_real.py",
     "tests/e2e/test_ray.py",
