@@ -130,6 +130,12 @@ class GymTask(vf.Task[GymTaskData, vf.State, GymTaskConfig]):
         return float(reward)
 
     @vf.metric
+    async def branches(self, trace: vf.Trace) -> float:
+        """The training samples this rollout makes: 1 when every turn continued what was sampled, more where a turn
+        forked (a training client whose renderer cannot bridge re-tokenizes sampled turns; README: Forks)."""
+        return float(trace.num_branches)
+
+    @vf.metric
     async def nemo_gym_metrics(self, trace: vf.Trace) -> dict[str, float]:
         """Every numeric field of Gym's ``/verify`` answer (other than the reward)."""
         outcome = trace.info.get(INFO_KEY) or {}

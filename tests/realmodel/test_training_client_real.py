@@ -66,6 +66,7 @@ def _check_one_sample_each(traces: list[dict[str, Any]], replies: list[dict[str,
         assert len(turns_sampled) >= turns, len(turns_sampled)
         assert trace_graph.restated_assistants(trace) == [], "an echoed turn differs from the sampled one"
         (path,) = trace_graph.branches(trace)  # one branch: one training sample
+        assert trace["metrics"]["branches"] == 1.0  # what vf-eval's summary and prime-rl's metrics show
         _, mask = trace_graph.sample(trace, path)
         assert sum(mask) == sum(len(trace_graph.completion(trace["nodes"][i])[0]) for i in turns_sampled)
         for i in turns_sampled:
@@ -226,7 +227,7 @@ def test_without_a_bridge_rollouts_fork_only_where_sampled_tokens_are_re_tokeniz
             assert graph[twins[0]]["token_ids"] != graph[restated]["token_ids"]  # other tokens
             forks += 1
         paths = trace_graph.branches(trace)
-        assert len(paths) == len(trace_graph.restated_assistants(trace)) + 1
+        assert len(paths) == len(trace_graph.restated_assistants(trace)) + 1 == trace["metrics"]["branches"]
         messages = [[graph[i]["message"] for i in path] for path in paths]
         assert all(branch == messages[-1][: len(branch)] for branch in messages), "a fork changed a message"
     assert forks >= 2, "re-rendering every turn kept every rollout one branch"
