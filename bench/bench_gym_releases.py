@@ -26,7 +26,6 @@ from _common import add_json_flag, write_json  # noqa: E402
 
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer  # noqa: E402
 from verifiers_nemo._gym import find_gym_runtime, get_environment  # noqa: E402
-from verifiers_nemo._replay import replay_tasks  # noqa: E402
 from verifiers_nemo._stack import GymStack, StackConfig  # noqa: E402
 
 RUNTIMES = {"0.4": str(ROOT / ".venv" / "bin" / "python"), "0.7": str(ROOT / ".venv-gym07" / "bin" / "python")}
@@ -69,7 +68,7 @@ def starts(env: str, repeats: int) -> dict[str, dict[str, list[float]]]:
 
 async def hop(env: str, rollouts: int) -> dict[str, list[float]]:
     python = RUNTIMES["0.7"]
-    tasks = replay_tasks(NeMoGymTaskset(env, recorded=True, root=find_gym_runtime(python).root))
+    tasks = NeMoGymTaskset(env, recorded=True, root=find_gym_runtime(python).root)
     latencies: dict[str, list[float]] = {"environment server": [], "agent directly": []}
     with ReplayServer.from_tasks(tasks) as replay:
         relayed = NeMoGymHarness(env, gym_python=python)

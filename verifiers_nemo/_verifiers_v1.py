@@ -36,7 +36,7 @@ from ._eval.token_ids import VERIFIERS_FIX, rollout_token_ids
 from ._exceptions import ConfigurationError, TasksetError
 from ._harness import DEFAULT_MAX_STEPS, NeMoGymHarness
 from ._judge import judge_endpoint
-from ._replay import ROW_HEADER, replay_tasks
+from ._replay import ROW_HEADER
 from ._result import RolloutResult
 from ._tasks import NeMoGymTaskset, Task
 
@@ -162,7 +162,7 @@ def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
         limit=config.limit,
         gym_python=config.gym_python,  # the rows of the release GymEnv runs (the same gym_python)
     )
-    return replay_tasks(taskset) if config.recorded else list(taskset)
+    return list(taskset)  # recorded: the recordings, runnable as they are
 
 
 def _task_data(task: Task, config: GymTasksetConfig) -> GymTaskData:

@@ -19,7 +19,6 @@ import pytest
 
 from tests.e2e.test_verifiers_env import VF_PYTHON, _run, _traces, replay_server, vf_eval
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer
-from verifiers_nemo._replay import replay_tasks
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +48,7 @@ def closed_port() -> Iterator[int]:
 def test_rollouts_go_through_the_environment_server_in_front_of_the_agent(gym07: str) -> None:
     """0.7 configs declare `<env>_environment_server` (legacy_agent) relaying to the agent; Gym's own collector
     posts there, and so do we. Its access log (Gym's `uvicorn_logging_show_200_ok`) shows every /run."""
-    tasks = replay_tasks(NeMoGymTaskset("example_multi_step", recorded=True, root=_root(gym07), limit=3))
+    tasks = NeMoGymTaskset("example_multi_step", recorded=True, root=_root(gym07), limit=3)
 
     async def run() -> tuple[list, str]:
         with ReplayServer.from_tasks(tasks) as replay:
@@ -156,7 +155,7 @@ def test_one_process_two_gym_releases_each_replays_the_recordings_of_its_own(gym
     assert recorded["0.7.0"] != recorded["0.4.0"], "the test needs recordings that differ between the releases"
 
     async def replay(taskset: NeMoGymTaskset) -> tuple[str | None, list[tuple[float | None, float | None]]]:
-        tasks = replay_tasks(taskset)
+        tasks = list(taskset)
         with ReplayServer.from_tasks(tasks) as server:
             async with NeMoGymHarness(taskset=taskset, timeout=120, start_timeout=600) as harness:
                 results = [r async for r in harness.run(tasks, server.endpoint_for, concurrency=5)]

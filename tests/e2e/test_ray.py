@@ -22,7 +22,6 @@ from tests.e2e.policies import PolicyServer, message
 from tests.faults.helpers import pids_with_env
 from verifiers_nemo import Endpoint, NeMoGymPool, load_environment
 from verifiers_nemo._eval.settings import MIX_STRIDE
-from verifiers_nemo._replay import replay_tasks
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -70,7 +69,7 @@ def cluster() -> Iterator[Cluster]:
 
 
 def recorded(env: str) -> list[Any]:
-    return replay_tasks(load_environment(env, recorded=True).taskset)
+    return list(load_environment(env, recorded=True).taskset)
 
 
 @pytest.fixture(scope="module")

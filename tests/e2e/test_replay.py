@@ -18,7 +18,7 @@ from verifiers_nemo import (
     list_environments,
 )
 from verifiers_nemo._gym import gym_root
-from verifiers_nemo._replay import replay_tasks, unreproducible_reason
+from verifiers_nemo._replay import unreproducible_reason
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +70,7 @@ async def _replay_batch(
     root = gym_root(gym_python) if gym_python else None
     tasks, replays, judges = [], {}, {}
     for env in envs:
-        env_tasks = replay_tasks(NeMoGymTaskset(env, recorded=True, root=root))
+        env_tasks = NeMoGymTaskset(env, recorded=True, root=root)
         replays[env] = ReplayServer.from_tasks(env_tasks).start()
         judges |= {name: replays[env].judge_endpoint(name) for name in get_environment(env, root).judge_models}
         tasks += env_tasks

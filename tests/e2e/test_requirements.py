@@ -13,7 +13,6 @@ import pytest
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer
 from verifiers_nemo._gym import find_gym_runtime
 from verifiers_nemo._gym.derived_env import derived_env
-from verifiers_nemo._replay import replay_tasks
 from verifiers_nemo._stack.requirements import missing_requirements
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +24,7 @@ def test_env_with_extra_requirements_installs_them_once_and_replays_its_recordin
     runtime = find_gym_runtime()
     requirements = ("tiktoken",)
     assert missing_requirements({ENV: requirements}, runtime), "the runtime has tiktoken: pick another env"
-    tasks = replay_tasks(NeMoGymTaskset(ENV, recorded=True))[:2]
+    tasks = NeMoGymTaskset(ENV, recorded=True, limit=2)
     replay = ReplayServer.from_tasks(tasks).start()
     harness = NeMoGymHarness(ENV, timeout=120)
 

@@ -21,7 +21,6 @@ from tests.e2e.policies import DualApiPolicy
 from tests.e2e.train_engines import TrainEngines, train_client, vf_eval_config
 from tests.realmodel.server import NotBuilt, find_build
 from verifiers_nemo import NeMoGymTaskset
-from verifiers_nemo._replay import replay_tasks
 
 pytestmark = pytest.mark.e2e
 
@@ -169,7 +168,7 @@ async def test_vf_eval_replay_on_ray_actors_reproduces_recorded_rewards(vf_pytho
     interception forwards) on a Gym stack owned by a Ray actor (a cluster started for the run, with the
     verifiers venv's own Ray); every recorded reward comes back."""
     nemo_env = "example_multi_step"
-    recorded = replay_tasks(NeMoGymTaskset(nemo_env, recorded=True))
+    recorded = list(NeMoGymTaskset(nemo_env, recorded=True))
     async with replay_server(vf_python, nemo_env, tmp_path) as base_url:
         code, output, episodes = await vf_eval(
             vf_python,

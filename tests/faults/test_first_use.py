@@ -42,7 +42,7 @@ from verifiers_nemo import (
     load_environment,
 )
 from verifiers_nemo._eval import EvalSettings
-from verifiers_nemo._replay import replay_tasks, unreproducible_reason
+from verifiers_nemo._replay import unreproducible_reason
 
 pytestmark = pytest.mark.e2e
 
@@ -313,7 +313,7 @@ async def test_resume_of_a_finished_run_shows_its_summary_without_checking_the_e
 
 @pytest.mark.asyncio(loop_scope="package")
 async def test_run_sync_inside_a_running_event_loop_runs_the_rollouts(harness: NeMoGymHarness) -> None:
-    tasks = replay_tasks(NeMoGymTaskset(COUNTER_ENV, recorded=True, limit=3))
+    tasks = NeMoGymTaskset(COUNTER_ENV, recorded=True, limit=3)
     replay = ReplayServer.from_tasks(tasks).start()  # its own thread: this loop is blocked meanwhile
     try:
         with warnings.catch_warnings():

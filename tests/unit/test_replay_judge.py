@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
 from verifiers_nemo import ReplayServer, Task
-from verifiers_nemo._replay import replay_tasks
+from verifiers_nemo._tasks.recorded import RecordedTasks
 
 
 def message(text: str, role: str = "assistant") -> dict[str, Any]:
@@ -192,24 +191,12 @@ def test_policy_calls_are_unaffected_by_judge_recordings(replay: ReplayServer) -
     assert replay.judge_requests == 0
 
 
-def test_replay_tasks_keep_the_judge_calls_of_rows_rebuilt_from_the_dataset(tmp_path: Path) -> None:
+def test_recorded_tasks_rebuilt_from_the_dataset_keep_their_judge_calls(tmp_path: Path) -> None:
     dataset = tmp_path / "example.jsonl"
     dataset.write_text(json.dumps({"responses_create_params": EVALUATIONS_ROW["responses_create_params"], "gold": "4"}))
-    env = SimpleNamespace(datasets=[SimpleNamespace(path=dataset, exists=True)])
 
-    tasks = replay_tasks(_Taskset(env, [task(0, EVALUATIONS_ROW)]))
+    restored = RecordedTasks([dataset]).restore(task(0, EVALUATIONS_ROW))
 
-    assert "judge_evaluations" not in tasks[0].row and tasks[0].row["gold"] == "4"
-    with ReplayServer.from_tasks(tasks) as replay:
+    assert "judge_evaluations" not in restored.row and restored.row["gold"] == "4"
+    with ReplayServer.from_tasks([restored]) as replay:
         assert ask_judge(replay, "Expected: 4\nGenerated: 4").status_code == 200
-
-
-class _Taskset:
-    """What ``replay_tasks`` reads of a taskset: its environment's datasets and its tasks."""
-
-    def __init__(self, env: Any, tasks: list[Task]) -> None:
-        self.env = env
-        self._tasks = tasks
-
-    def __iter__(self) -> Iterator[Task]:
-        return iter(self._tasks)

@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,14 @@ import pytest
 
 from verifiers_nemo import ConfigurationError, NeMoGymTaskset, Task, TasksetError, get_environment, list_environments
 from verifiers_nemo._tasks import SkippedRows
+from verifiers_nemo._tasks.recorded import RecordedTasks
 from verifiers_nemo._tasks.validation import NEMO_GYM_0_4_PARAMS, gym_params
 
 _SPEC = importlib.util.find_spec("nemo_gym")
 if _SPEC is None or _SPEC.origin is None:
     pytest.skip("nemo-gym is not installed in this interpreter", allow_module_level=True)
 GYM_ROOT = Path(_SPEC.origin).parent.parent
+COUNTER_ENV = "example_session_state_mgmt"
 ENVIRONMENTS = list_environments(GYM_ROOT)
 
 
@@ -90,6 +93,66 @@ def test_recorded_tasks_carry_the_recorded_response_and_reward() -> None:
     assert task.recorded_response is not None
     assert task.recorded_response["output"]
     assert task.agent_name == "example_multi_step_simple_agent"
+
+
+def test_recorded_tasks_are_runnable_with_the_fields_their_resources_server_needs_from_the_dataset() -> None:
+    """The counter environment's recordings keep only input, response and reward; its /seed_session needs
+    initial_count: each recorded task gets the fields of the dataset row with its input, and keeps the recording."""
+    dataset = {
+        json.dumps(r["responses_create_params"]["input"][0]["content"]): r
+        for r in map(json.loads, get_environment(COUNTER_ENV, GYM_ROOT).default_dataset.path.read_text().splitlines())
+    }
+
+    tasks = list(taskset(COUNTER_ENV, recorded=True))
+
+    assert len(tasks) == 5
+    for task in tasks:
+        assert set(task.recorded_row) == {"responses_create_params", "response", "reward"}  # the file's line
+        original = dataset[json.dumps(task.prompt[0]["content"])]
+        sent = task.gym_row()
+        for field in ("initial_count", "expected_count"):
+            assert sent[field] == original[field]
+        assert sent["responses_create_params"]["input"] == task.recorded_row["responses_create_params"]["input"]
+        assert task.recorded_response == task.recorded_row["response"]
+        assert task.recorded_reward == task.recorded_row["reward"]
+
+
+def test_recordings_of_a_file_are_restored_from_the_named_environment_and_unmatched_ones_run_as_recorded(
+    tmp_path: Path,
+) -> None:
+    recorded = taskset(COUNTER_ENV, recorded=True)[0].recorded_row
+    unmatched = row("a task no dataset row has", response={"output": []}, reward=1.0)
+    path = write_jsonl(tmp_path / "mine.jsonl", [recorded, unmatched])
+
+    first, second = taskset(COUNTER_ENV, jsonl_path=path, recorded=True)
+
+    assert "initial_count" in first.gym_row() and first.recorded_row == recorded
+    assert second.row == unmatched and second.recorded_row is None
+    assert "reward" not in second.gym_row() and "response" not in second.gym_row()
+
+
+def test_a_recording_takes_the_first_dataset_row_of_its_input_across_the_environment_s_files(tmp_path: Path) -> None:
+    example = write_jsonl(tmp_path / "example.jsonl", [row("a", gold=1), row("b", gold=2), row("a", gold=3)])
+    train = write_jsonl(tmp_path / "train.jsonl", ["", row("c", gold=4), "not json", row("b", gold=5)])
+    recording = Task(0, 0, row("c", reward=1.0), "agent", "env", "0", "rollouts.jsonl:1", recorded=True)
+    restorer = RecordedTasks([example, train, example])
+
+    restored = {text: restorer.restore(replace(recording, row=row(text, reward=1.0))) for text in "abcd"}
+
+    assert {text: t.row.get("gold") for text, t in restored.items()} == {"a": 1, "b": 2, "c": 4, "d": None}
+    assert restored["d"].recorded_row is None  # no row has its input: the recording as it is
+
+
+def test_a_dataset_file_changed_after_its_rows_were_found_is_an_error_saying_so(tmp_path: Path) -> None:
+    example = write_jsonl(tmp_path / "example.jsonl", [row("a", gold=1)])
+    restorer = RecordedTasks([example])
+    recording = Task(0, 0, row("a", reward=1.0), "agent", "env", "0", "rollouts.jsonl:1", recorded=True)
+    assert restorer.restore(recording).row["gold"] == 1
+
+    write_jsonl(example, [row("a", gold=2), row("z")])
+
+    with pytest.raises(TasksetError, match=r"example.jsonl changed since .* Fix:"):
+        restorer.restore(recording)
 
 
 def test_plain_tasks_have_no_recorded_output() -> None:
@@ -334,6 +397,16 @@ def test_from_dataset_rebuilds_an_equal_taskset(kwargs: dict[str, Any]) -> None:
     assert rebuilt == tasks
     assert list(rebuilt) == list(tasks)
     assert rebuilt.recorded == tasks.recorded
+
+
+def test_a_recorded_taskset_s_dataset_keeps_the_recordings_as_read_and_rebuilds_them_runnable() -> None:
+    tasks = taskset(COUNTER_ENV, recorded=True)
+
+    dataset = tasks.to_dataset()
+    rebuilt = NeMoGymTaskset.from_dataset(dataset, root=GYM_ROOT)
+
+    assert [json.loads(info)["row"] for info in dataset["info"]] == [t.recorded_row for t in tasks]
+    assert list(rebuilt) == list(tasks) and "initial_count" in rebuilt[0].gym_row()
 
 
 def test_from_dataset_refuses_rows_without_info() -> None:

@@ -98,12 +98,7 @@ class Evaluation:
             self.pool = self._make_pool(args, judge)
         self.tasks = []
         for position, env in enumerate(self.envs):
-            if s.policy == "replay":
-                from .._replay import replay_tasks
-
-                own = replay_tasks(env.taskset)
-            else:
-                own = list(env.taskset)
+            own = list(env.taskset)  # the replay policy's: recordings, runnable as they are
             if not own:
                 raise ConfigurationError(f"{env.name}: the dataset has no tasks.")
             if len(names) > 1:

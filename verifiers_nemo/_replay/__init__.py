@@ -9,7 +9,6 @@ from .recordings import (
     REPLAY_MODEL,
     ROW_HEADER,
     Recording,
-    replay_tasks,
     unreproducible_reason,
 )
 from .server import ReplayServer
@@ -22,6 +21,5 @@ __all__ = [
     "ROW_HEADER",
     "Recording",
     "ReplayServer",
-    "replay_tasks",
     "unreproducible_reason",
 ]

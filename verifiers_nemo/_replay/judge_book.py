@@ -14,26 +14,17 @@ Completions), never on ``model``, sampling keys or ids, which a replay legitimat
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._tasks.recorded import input_key
+
 JUDGE_PATH = "/judge/{name}/v1"
 """Where a judge endpoint of the replay server lives; policy calls go to ``/v1``."""
 
 _QUESTION_FIELDS = ("question", "problem")
-
-
-def input_key(value: Any) -> str:
-    """An input, canonical: recordings add ``type: message`` and explicit nulls a live request lacks."""
-    items = []
-    for item in [{"role": "user", "content": value}] if isinstance(value, str) else list(value or []):
-        if isinstance(item, dict):
-            item = {k: v for k, v in item.items() if v is not None and not (k == "type" and v == "message")}
-        items.append(item)
-    return json.dumps(items, sort_keys=True, separators=(",", ":"))
 
 
 def _text_of(content: Any) -> str:

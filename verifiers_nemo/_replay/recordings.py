@@ -17,16 +17,12 @@ recordings carry (``judge_book``), matched on what the judge is asked.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .._gym.releases import series_of
-from .judge_book import input_key
 
 logger = logging.getLogger(__name__)
 
@@ -200,45 +196,3 @@ class Recording:
         if end == done:
             return None
         return self.output[done:end], end == len(self.output)
-
-
-def _dataset_rows_by_input(paths: Iterable[Path]) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    for path in paths:
-        with open(path, "rb") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    key = input_key(row["responses_create_params"]["input"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-                rows.setdefault(key, row)
-    return rows
-
-
-def replay_tasks(taskset: Any) -> list[Any]:
-    """The tasks of a replay run: the recorded rows, with what ``/verify`` needs put back.
-
-    Recordings store what ``/verify`` returned, which often lacks the task's ground-truth fields
-    and adds verify outputs that some servers reject when sent back. When the environment's own
-    dataset files hold a row with the same input, that row's fields are the task (the recorded
-    input and output are kept); otherwise the recorded row is used without its outputs.
-    """
-    env = taskset.env
-    paths = [d.path for d in (env.datasets if env else ()) if d.exists]
-    originals = _dataset_rows_by_input(paths)
-    tasks = []
-    for task in taskset:
-        original = originals.get(input_key(task.row["responses_create_params"].get("input")))
-        if original is None:
-            tasks.append(task)
-            continue
-        row = {key: value for key, value in original.items() if key != "responses_create_params"}
-        row["responses_create_params"] = task.row["responses_create_params"]
-        for key in ("response", "reward", "agent_ref"):
-            if key in task.row:
-                row[key] = task.row[key]
-        tasks.append(dataclasses.replace(task, row=row, recorded_row=task.row))
-    return tasks

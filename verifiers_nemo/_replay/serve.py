@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .._signals import capture_signals
 from .._tasks import NeMoGymTaskset
-from .recordings import REPLAY_MODEL, replay_tasks
+from .recordings import REPLAY_MODEL
 from .server import ReplayServer
 
 
@@ -24,8 +24,7 @@ def replay_server(
     from .._gym import gym_root
 
     root = gym_root(gym_python) if nemo_env else None
-    taskset = NeMoGymTaskset(nemo_env, jsonl_path=jsonl_path, recorded=True, root=root)
-    return ReplayServer.from_tasks(replay_tasks(taskset))
+    return ReplayServer.from_tasks(NeMoGymTaskset(nemo_env, jsonl_path=jsonl_path, recorded=True, root=root))
 
 
 def serve_forever(server: ReplayServer, *, nemo_env: str | None = None, port_file: str | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
@@ -35,9 +36,9 @@ class ReplayServer(LoopThreadServer):
         self._row_of_task: dict[int, int] = {}
 
     @classmethod
-    def from_tasks(cls, tasks: list[Any]) -> ReplayServer:
-        """From recorded tasks (``NeMoGymTaskset(recorded=True)``); one recording per task index,
-        with the judge calls each recorded."""
+    def from_tasks(cls, tasks: Iterable[Any]) -> ReplayServer:
+        """From recorded tasks: a ``NeMoGymTaskset(recorded=True)``, or tasks of one; one recording per task
+        index, with the judge calls each recorded."""
         recordings: dict[int, Recording] = {}
         calls = []
         for task in tasks:

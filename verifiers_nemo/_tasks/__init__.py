@@ -2,7 +2,8 @@
 
 ``taskset`` (``NeMoGymTaskset``, the sequence of tasks) → ``source`` (which file) → ``rows`` (reading,
 limit, reservoir sample, the compact ``RowStore``) → ``validation`` (a row checked as nemo-gym would) →
-``task`` (``Task``: one rollout's work); ``hf`` is the Hugging Face ``datasets`` bridge.
+``task`` (``Task``: one rollout's work); ``recorded`` (a recording's task fields put back from its environment's
+dataset); ``hf`` is the Hugging Face ``datasets`` bridge.
 """
 
 from .rows import SkippedRows

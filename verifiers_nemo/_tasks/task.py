@@ -29,7 +29,8 @@ class Task:
     task_index: int
     rollout_index: int
     row: dict[str, Any]
-    """The row exactly as read from the file."""
+    """The row as read from the file; for a recording, its task's fields put back from the environment's dataset
+    (see ``recorded_row``)."""
     agent_name: str | None
     """The Gym agent instance that runs this task."""
     env: str | None
@@ -39,8 +40,8 @@ class Task:
     recorded: bool = False
     """The row is a recorded rollout (it carries the model's ``response`` and the ``reward``)."""
     recorded_row: dict[str, Any] | None = None
-    """For replay, when ``row`` was rebuilt from the dataset: the recorded rollout as written (its
-    verify outputs, judge calls included)."""
+    """For a recording whose ``row`` was rebuilt from its environment's dataset: the recorded rollout as written
+    (its verify outputs, judge calls included)."""
 
     def __hash__(self) -> int:  # the row is a dict; equal tasks share these fields
         return hash((self.source, self.task_index, self.rollout_index, self.example_id))

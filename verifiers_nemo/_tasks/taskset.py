@@ -20,6 +20,7 @@ from .._exceptions import ConfigurationError
 from .._gym import GymEnvironment, get_environment, gym_root
 from .._gym.releases import installed_version
 from . import hf
+from .recorded import RecordedTasks
 from .rows import LoadedRows, OnError, SkippedRows, read_rows
 from .source import check_arguments, resolve_gym_root, resolve_source
 from .task import Task, row_example_id
@@ -37,8 +38,10 @@ class NeMoGymTaskset(Sequence[Task]):
     * ``NeMoGymTaskset("example_multi_step")``: the environment's default dataset (its shipped
       ``example`` dataset; see ``GymEnvironment.default_dataset``).
     * ``dataset="validation"``: another dataset its configs name (by name, else by type).
-    * ``recorded=True``: ``data/example_rollouts.jsonl``; each task keeps the recorded response and reward.
-      With ``jsonl_path=`` it reads that file as recordings instead.
+    * ``recorded=True``: ``data/example_rollouts.jsonl``; each task keeps the recorded response and reward and is
+      runnable as it is: the fields the resources server needs, which recordings do not keep, are put back from
+      the environment's dataset row with the same input (``Task.recorded_row`` keeps the recording as written).
+      With ``jsonl_path=`` it reads that file as recordings instead (restored the same way with ``nemo_env``).
     * ``jsonl_path=``: any file. The agent of a row is its ``agent_ref.name``, else ``agent``. With
       ``nemo_env`` too, every ``agent_ref`` must name one of the environment's agents.
 
@@ -111,6 +114,7 @@ class NeMoGymTaskset(Sequence[Task]):
         self._root = root
         self._gym_python = str(gym_python) if gym_python is not None else None
         self._gym_version = gym_version
+        self._recordings: RecordedTasks | None = None
 
     # ---- what it holds
 
@@ -216,11 +220,12 @@ class NeMoGymTaskset(Sequence[Task]):
             f"rollouts_per_task={self._rows.rollouts_per_task}, recorded={self._rows.recorded})"
         )
 
-    def _task(self, position: int) -> Task:
+    def _task(self, position: int, *, as_read: bool = False) -> Task:
+        """The task at ``position``; a recording with its task's fields put back unless ``as_read``."""
         task_index, rollout_index = divmod(position, self._rows.rollouts_per_task)
         line, line_no, row_index, agent = self._rows.store.get(task_index)
         row = json.loads(line)
-        return Task(
+        task = Task(
             task_index=task_index,
             rollout_index=rollout_index,
             row=row,
@@ -230,6 +235,15 @@ class NeMoGymTaskset(Sequence[Task]):
             source=f"{self._rows.path}:{line_no}",
             recorded=self._rows.recorded,
         )
+        return task if as_read or not self._rows.recorded else self._restored(task)
+
+    def _restored(self, task: Task) -> Task:
+        if self._recordings is None:
+            env = self.env
+            if env is None:  # recordings of no environment: nothing to restore them from
+                return task
+            self._recordings = RecordedTasks(d.path for d in env.datasets if d.exists)
+        return self._recordings.restore(task)
 
     # ---- Hugging Face datasets
 
@@ -237,11 +251,11 @@ class NeMoGymTaskset(Sequence[Task]):
         """One row per task (before repeats): ``prompt``, ``example_id``, ``task``, ``info`` (JSON).
 
         ``task`` is the environment name (else the agent name); ``info`` holds the raw row, agent,
-        task index and where the row came from, so ``from_dataset`` can rebuild this taskset.
+        task index and where the row came from, so ``from_dataset`` can rebuild this taskset (a recording's row as
+        read: its task's fields are put back when the rebuilt taskset builds it).
         """
-        firsts = (
-            (self._task(i * self._rows.rollouts_per_task), self._rows.store.get(i)[2]) for i in range(self.num_rows)
-        )
+        r = self._rows.rollouts_per_task
+        firsts = ((self._task(i * r, as_read=True), self._rows.store.get(i)[2]) for i in range(self.num_rows))
         return hf.to_dataset(
             firsts, path=self._rows.path, recorded=self._rows.recorded, rollouts_per_task=self._rows.rollouts_per_task
         )
