@@ -200,3 +200,19 @@ def test_recorded_tasks_rebuilt_from_the_dataset_keep_their_judge_calls(tmp_path
     assert "judge_evaluations" not in restored.row and restored.row["gold"] == "4"
     with ReplayServer.from_tasks([restored]) as replay:
         assert ask_judge(replay, "Expected: 4\nGenerated: 4").status_code == 200
+
+
+def test_a_policy_call_naming_no_recording_is_matched_on_its_input_and_model_outputs_however_gym_wrote_them() -> None:
+    call = {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a": 2}', "id": None}
+    recorded = recorded_row("What is 2+2?", "4")
+    recorded["responses_create_params"]["input"][0] |= {"type": "message", "name": None}  # as Gym records it
+    tool_result = {"type": "function_call_output", "call_id": "c1", "output": '{"sum": 4}', "id": None}
+    recorded["response"]["output"] = [call, tool_result, message("4")]
+    asked = [{"role": "user", "content": "What is 2+2?"}]  # a dataset row's input; no row header
+    with ReplayServer.from_tasks([task(0, recorded)]) as replay:
+        first = httpx.post(f"{replay.url}/v1/responses", json={"model": "replay", "input": asked})
+        then = {"type": "function_call_output", "call_id": "c1", "output": '{"sum":4}'}  # the agent's own serialisation
+        second = httpx.post(f"{replay.url}/v1/responses", json={"model": "replay", "input": [*asked, call, then]})
+
+    assert first.status_code == 200 and first.json()["output"] == [call]
+    assert second.status_code == 200 and second.json()["output"] == [message("4")]

@@ -17,7 +17,6 @@ recordings carry (``judge_book``), matched on what the judge is asked.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -158,10 +157,6 @@ ZERO_USAGE = {
     "input_tokens_details": {"cached_tokens": 0},
     "output_tokens_details": {"reasoning_tokens": 0},
 }
-
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def as_items(value: Any) -> list[Any]:

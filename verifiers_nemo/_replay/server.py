@@ -11,8 +11,9 @@ from aiohttp import web
 
 from .._endpoint import Endpoint
 from .._serving import LoopThreadServer
+from .._tasks.recorded import input_key
 from .judge_book import JUDGE_PATH, JudgeBook, chat_completion_object, judge_calls, responses_object
-from .recordings import REPLAY_MODEL, ROW_HEADER, ZERO_USAGE, Recording, as_items, canonical
+from .recordings import REPLAY_MODEL, ROW_HEADER, ZERO_USAGE, Recording, as_items, written_by_agent
 
 
 class ReplayServer(LoopThreadServer):
@@ -20,7 +21,10 @@ class ReplayServer(LoopThreadServer):
     the recorded judge answers under ``/judge/NAME/v1``), on its own thread and loop.
 
     Point an endpoint at it (``endpoint_for(task)``, ``judge_endpoint(name)``); it is a server, not an
-    ``Upstream``: the proxy reaches it over HTTP like any inference server."""
+    ``Upstream``: the proxy reaches it over HTTP like any inference server. A request that does not name its
+    recording (``endpoint_for``'s header) is matched on its original input, recorded nulls and ``type: message``
+    aside (a dataset row's input is its recording's without them), and on the model outputs it already holds (the
+    tool results between them are the agent's own, serialised its own way)."""
 
     thread_name = "verifiers-nemo-replay"
 
@@ -30,7 +34,7 @@ class ReplayServer(LoopThreadServer):
         self.judge = judge or JudgeBook(())
         self._by_input: dict[str, list[int]] = {}
         for index, recording in enumerate(recordings):
-            self._by_input.setdefault(canonical(recording.input), []).append(index)
+            self._by_input.setdefault(input_key(recording.input), []).append(index)
         self.requests = 0
         self.judge_requests = 0
         self._row_of_task: dict[int, int] = {}
@@ -89,10 +93,10 @@ class ReplayServer(LoopThreadServer):
             recording = self.recordings[int(header)]
             return recording, max(0, len(items) - len(recording.input))
         for size in range(len(items), -1, -1):
-            for index in self._by_input.get(canonical(items[:size]), []):
+            for index in self._by_input.get(input_key(items[:size]), []):
                 recording = self.recordings[index]
                 done = len(items) - size
-                if canonical(items[size:]) == canonical(recording.output[:done]) or done == 0:
+                if done == 0 or _model_items(items[size:]) == _model_items(recording.output[:done]):
                     return recording, done
         return None
 
@@ -177,3 +181,8 @@ class ReplayServer(LoopThreadServer):
         app.router.add_get(f"{judge}/models", self._models)
         app.router.add_get("/", self._health)
         return app
+
+
+def _model_items(items: list[Any]) -> str:
+    """The items a model produced, canonical (what tells two recordings with one input apart)."""
+    return input_key([item for item in items if not (isinstance(item, dict) and written_by_agent(item))])
