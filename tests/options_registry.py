@@ -99,6 +99,7 @@ TASKSET = "tests/unit/test_taskset.py::"
 PROXY = "tests/unit/test_proxy.py::"
 POOL = "tests/unit/test_pool.py::"
 RAY = "tests/e2e/test_ray.py::"
+MULTI_NODE = "tests/e2e/test_multi_node.py::"
 VF = "tests/e2e/test_verifiers_env.py::"
 VERBOSE = U + "test_verbose_makes_info_logs_reach_stderr"
 EFFECT_TESTS: dict[str, str] = {
@@ -120,9 +121,8 @@ EFFECT_TESTS: dict[str, str] = {
     "eval --max-concurrent": E + "test_max_concurrent_bounds_the_calls_in_flight",
     "eval --timeout": E + "test_timeout_ends_the_rollout_that_outlives_it",
     "eval --env-args": E + "test_env_args_max_steps_bounds_the_gym_agent_s_calls",
-    "eval --ray": RAY
-    + "test_cli_eval_of_a_mix_joining_a_cluster_reports_each_environment_and_leaves_the_cluster_as_it_found_it",
-    "eval --workers": POOL + "test_ray_flags_become_settings_and_workers_without_ray_are_refused",
+    "eval --ray": MULTI_NODE + "test_the_readme_multi_node_block_loses_nothing_when_a_node_dies_mid_run",
+    "eval --workers": MULTI_NODE + "test_the_readme_multi_node_block_loses_nothing_when_a_node_dies_mid_run",
     "eval --cpus-per-stack": POOL + "test_ray_flags_become_settings_and_workers_without_ray_are_refused",
     "eval --max-tokens": E + "test_max_tokens_temperature_and_sampling_args_reach_the_upstream",
     "eval --temperature": E + "test_max_tokens_temperature_and_sampling_args_reach_the_upstream",

@@ -1,14 +1,12 @@
 """Gym stacks on Ray: a two-node ``ray.cluster_utils.Cluster`` in this process, Ray actors each owning a
-real Gym stack (real ng_run, resources server, Gym agent), replay and a slow local policy on 127.0.0.1."""
+real Gym stack (real ng_run, resources server, Gym agent), replay and a slow local policy on 127.0.0.1.
+(The CLI's ``--ray ADDRESS`` on two nodes of their own, one of them dying mid-run: tests/e2e/test_multi_node.py.)"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +19,6 @@ import pytest_asyncio
 from tests.e2e.policies import PolicyServer, message
 from tests.faults.helpers import pids_with_env
 from verifiers_nemo import Endpoint, NeMoGymPool, load_environment
-from verifiers_nemo._eval.settings import MIX_STRIDE
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -30,7 +27,6 @@ pytestmark = pytest.mark.e2e
 
 ENVS = ("example_multi_step", "example_single_tool_call")
 MARKER = f"VNR_RAY_TEST_{uuid.uuid4().hex}"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def session_pids(sid: int) -> list[int]:
@@ -162,32 +158,3 @@ async def test_closing_the_pool_leaves_the_cluster_as_it_found_it(pool: NeMoGymP
     await until(lambda: ray.available_resources().get("CPU") == 4.0, 60, "every CPU of the cluster free again")
     await until(lambda: not any(session_pids(s) for s in sessions), 60, "no Gym process of any actor")
     await until(lambda: not pids_with_env(MARKER), 60, "no process of the actors left")
-
-
-def test_cli_eval_of_a_mix_joining_a_cluster_reports_each_environment_and_leaves_the_cluster_as_it_found_it(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    """`eval A,B --ray ADDRESS` joins the cluster, places an actor per environment there, replays both,
-    says which environment each result came from, and takes its actors away again."""
-    command = [sys.executable, "-m", "verifiers_nemo._cli.main", "eval", ",".join(ENVS)]
-    command += ["--ray", cluster.address, "--workers", "1", "-o", str(tmp_path / "out")]
-    env = {**os.environ, MARKER + "_CLI": "1"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "10/10 rewards equal the recorded ones" in done.stdout
-    for name in ENVS:
-        assert f"{name}: 5 rollouts · reward avg 1.000" in done.stdout
-    [results] = (tmp_path / "out").glob("*/*/results.jsonl")
-    records = [json.loads(line) for line in results.read_text().splitlines()]
-    assert sorted((r["env"], r["task_index"]) for r in records) == sorted(
-        (name, i * MIX_STRIDE + row) for i, name in enumerate(ENVS) for row in range(5)
-    )
-    deadline = time.monotonic() + 60
-    while (
-        pids_with_env(MARKER + "_CLI") or ray.available_resources().get("CPU") != 4.0
-    ) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not pids_with_env(MARKER + "_CLI"), "a process of the run outlived it"
-    assert ray.available_resources().get("CPU") == 4.0
-    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
