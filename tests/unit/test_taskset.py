@@ -611,6 +611,19 @@ def test_a_taskset_reads_the_packaged_rows_of_the_gym_runtime_it_names(other_rel
     assert rebuilt.gym_root == root and rebuilt.env is not None and rebuilt.env.root == root
 
 
+def test_the_gym_runtime_variable_counts_when_set_after_a_first_taskset(
+    other_release: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python, root = other_release
+    monkeypatch.delenv("VERIFIERS_NEMO_GYM_PYTHON", raising=False)
+    before = NeMoGymTaskset(ENV_OF_TWO_RELEASES, recorded=True)  # this interpreter's nemo-gym
+
+    monkeypatch.setenv("VERIFIERS_NEMO_GYM_PYTHON", python)  # as a notebook sets it after a first cell
+    after = NeMoGymTaskset(ENV_OF_TWO_RELEASES, recorded=True)
+
+    assert before.gym_root == GYM_ROOT.resolve() and after.gym_root == root and len(after) == 4
+
+
 def test_a_harness_given_the_taskset_runs_the_tasksets_gym_runtime(other_release: tuple[str, Path]) -> None:
     """Named once: the harness takes the taskset's runtime (nothing starts)."""
     from verifiers_nemo import NeMoGymHarness

@@ -188,8 +188,7 @@ def _managed_runtime(build: bool, asked: str | None) -> GymRuntime:
 
 
 @functools.cache
-def _resolve(gym_python: str | None, build: bool, asked: str | None) -> GymRuntime:
-    explicit = gym_python or os.environ.get(GYM_PYTHON_ENV_VAR)
+def _resolve(explicit: str | None, build: bool, asked: str | None) -> GymRuntime:
     if explicit:
         # Absolute (servers run in other directories) but not resolved: a venv's link keeps its venv.
         python = Path(os.path.abspath(Path(explicit).expanduser()))
@@ -212,7 +211,8 @@ def find_gym_runtime(
     """The Gym runtime to launch servers with (see the module docstring for the order). ``gym_version``
     (else ``VERIFIERS_NEMO_GYM_VERSION``) picks the nemo-gym series of a managed runtime."""
     asked = gym_version or os.environ.get(releases.GYM_VERSION_ENV_VAR) or None
-    return _resolve(str(gym_python) if gym_python else None, build, asked)
+    explicit = str(gym_python) if gym_python else os.environ.get(GYM_PYTHON_ENV_VAR) or None  # read now, each call
+    return _resolve(explicit, build, asked)
 
 
 def gym_root(gym_python: str | os.PathLike[str] | None = None, gym_version: str | None = None) -> Path:
