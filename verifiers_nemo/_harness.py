@@ -8,10 +8,10 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._attempts import RolloutAttempts
 from ._dispatch import EndpointPicker, check_concurrency, stream_rollouts
 from ._endpoint import Endpoint
 from ._exceptions import (
@@ -24,9 +24,8 @@ from ._exceptions import (
 )
 from ._gym import POLICY_MODEL, merged_configs, server_instances
 from ._judge.router import JudgeRouter
-from ._protocol import sum_usage
-from ._result import RolloutResult, map_gym_result
-from ._routing import PolicyCall, ProxyConfig, Route, RoutingProxy, get_proxy, row_with_route
+from ._result import RolloutResult
+from ._routing import PolicyCall, ProxyConfig, RoutingProxy, get_proxy
 from ._stack import GymStack, acquire_stack, release_stack
 from ._stack.agent_client import DEATH_GRACE_S, GymAgentClient
 from ._stack.options import DEFAULT_MAX_STEPS, StackOptions
@@ -315,41 +314,24 @@ class NeMoGymHarness:
             result.error = exc
             return result
         self.judges.follow_policy(endpoint, upstream)
-        gym_args, extra_args = split_sampling_args(sampling_args)
-        routes: list[Route] = []  # one route per attempt: a retry never shares a trace with a dead attempt
-        row = task.gym_row()
-
-        def new_attempt() -> _Attempt:
-            route = self.proxy.open_route(endpoint, sampling_args=extra_args or None, upstream=upstream)
-            routes.append(route)
-            return _Attempt(row_with_route(row, route.key, gym_args), route)
-
+        attempts = RolloutAttempts(self.proxy, endpoint, task.gym_row(), *split_sampling_args(sampling_args), upstream)
         try:
             limit = self.timeout if timeout is None else timeout
             run_started = time.monotonic()
             try:
                 gym_result = await asyncio.wait_for(
-                    self.agents.run(self._running_stack, result.agent, new_attempt), timeout=limit
+                    self.agents.run(self._running_stack, result.agent, attempts.new), timeout=limit
                 )
             except TimeoutError:
                 result.error = RolloutTimeout(f"rollout did not finish within {limit:g}s")
                 gym_result = None
             except RolloutError as exc:
-                result.error = routes[-1].error if routes and routes[-1].error is not None else exc
+                result.error = attempts.error(exc)
                 gym_result = None
             result.timing["rollout_s"] = time.monotonic() - run_started
         finally:
-            for attempt_route in routes:
-                attempt_route.close()  # an orphaned agent's later calls are refused from now on
-        if not routes:  # the stack could not be reached before any attempt
-            result.timing["total_s"] = time.monotonic() - (_queued_at or started)
-            return result
-        route = routes[-1]
-        result.trace = list(route.calls)
-        result.timing["policy_s"] = sum(getattr(c, "latency_s", 0.0) or 0.0 for c in result.trace)
-        result.usage = sum_usage([getattr(c, "usage", None) for c in result.trace])
-        if gym_result is not None:
-            map_gym_result(result, gym_result, route.key, endpoint.model)
+            attempts.close()
+        attempts.fill(result, gym_result)
         result.timing["total_s"] = time.monotonic() - (_queued_at or started)
         return result
 
@@ -430,17 +412,6 @@ def _proxy_for(option: RoutingProxy | ProxyConfig | None) -> RoutingProxy:
     if isinstance(option, ProxyConfig):
         return RoutingProxy(option).start()
     return get_proxy()  # one per process, lives until exit
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """One try at a rollout: its row on its own route."""
-
-    body: dict[str, Any]
-    route: Route
-
-    def abandon(self) -> None:
-        self.route.close()
 
 
 __all__ = ["NeMoGymHarness", "RolloutResult", "UpstreamError", "split_sampling_args"]

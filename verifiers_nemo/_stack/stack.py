@@ -6,109 +6,41 @@ of the owning process by any signal, takes down every process of that session.
 
 The ``policy_model`` entry of the Gym config is a placeholder process whose host and port are the
 routing proxy's, so Gym agents send their policy calls straight to the proxy. What to launch is
-``plan.py``'s; how a death is seen, ``monitor.py``'s; how it is told, ``deaths.py``'s.
+``plan.py``'s; launching it (one generation of processes) and waiting for it to answer, ``launch.py``'s; how a
+death is seen, ``monitor.py``'s; how it is told, ``deaths.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
-import secrets
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-import yaml
-
-from .._exceptions import ConfigurationError, StackStartError
-from .._gym import GymRuntime, ServerInstance, cache_dir, find_gym_runtime
-from .._gym.env_vars import config_variable_names
-from .._signals import at_exit, before_forced_exit
+from .._exceptions import StackStartError
+from .._gym import GymRuntime, find_gym_runtime
+from .._signals import at_exit
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
-from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
+from .launch import Launch, spawn, wait_ready
+from .logs import log_tail
 from .monitor import Monitor
-from .plan import (
-    POLICY_IMPLEMENTATION,
-    child_env,
-    joins_shared_ray,
-    ng_run_argv,
-    policy_model_config,
-    run_id,
-    stack_servers,
-)
-from .procs import (
-    PortReservation,
-    http_ok,
-    port_accepts,
-    remove_legacy_port_locks,
-    remove_path,
-    reserve_ports,
-    rss_bytes,
-    session_pids,
-    sweep_dead_owners,
-)
+from .plan import child_env, joins_shared_ray, stack_servers
+from .procs import port_accepts, remove_path, rss_bytes, session_pids
 from .ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
 from .registry import Registry
 from .requirements import server_venvs
-from .supervisor import GYM_SIDE, start_supervised, stop_supervised
+from .supervisor import stop_supervised
 
 logger = logging.getLogger(__name__)
 
 _START_ATTEMPTS = 3
 _RAY_UNREACHED = "Failed to connect to Ray cluster"
 """How ``ray.init`` in a Gym server says it gave up on the head it was pointed at."""
-
-
-@dataclass
-class Launch:
-    """One run of the stack's processes: its supervisor, folders and port table."""
-
-    generation: int
-    supervisor: subprocess.Popen[bytes]
-    run_dir: Path
-    log_path: Path
-    """ng_run's output (every server's too), in the launch's log folder ``log_path.parent``, which
-    is kept after a failure for the error message that names it, and removed after a clean stop."""
-    head_port: int
-    servers: dict[str, tuple[ServerInstance, int]]
-    started_at: float
-    ports: PortReservation | None = None
-    ready_seconds: float = 0.0
-    ready: bool = False
-    """Every server answered: until then no rollout is sent to it and no probe marks it dead."""
-    stopped: bool = False
-
-    @property
-    def agent_names(self) -> tuple[str, ...]:
-        return tuple(name for name, (i, _) in self.servers.items() if i.server_type == "responses_api_agents")
-
-    def agent_url(self, agent: str | None, stack_name: str) -> str:
-        """Base URL of a Gym agent (the only one when ``agent`` is None), from the launch's own port table."""
-        return f"http://{HOST}:{self.servers[self._agent_name(agent, stack_name)][1]}"
-
-    def run_url(self, agent: str | None, stack_name: str) -> str:
-        """Where a rollout of ``agent`` is posted, as Gym's own collector does: the ``/run`` of the environment
-        server that relays to it when the config declares one (nemo-gym >= 0.7), else the agent's own."""
-        name = self._agent_name(agent, stack_name)
-        relay = next((n for n, (i, _) in self.servers.items() if i.relays_run_of(name)), name)
-        return f"http://{HOST}:{self.servers[relay][1]}/run"
-
-    def _agent_name(self, agent: str | None, stack_name: str) -> str:
-        names = self.agent_names
-        if agent is None:
-            if len(names) != 1:
-                raise ConfigurationError(f"Gym stack {stack_name} has several agents {list(names)}; name one.")
-            agent = names[0]
-        if agent not in names:
-            raise ConfigurationError(f"Gym stack {stack_name} has no agent {agent!r}; it has {list(names)}.")
-        return agent
 
 
 class GymStack:
@@ -160,9 +92,10 @@ class GymStack:
         venvs = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
         self._generation += 1
         for attempt in range(1, _START_ATTEMPTS + 1):
-            self.begin_generation(self._spawn(self.runtime, self._join_ray_head(self.runtime), venvs))
+            head = self._join_ray_head(self.runtime)
+            self.begin_generation(spawn(self.config, self._instances, self.runtime, head, venvs, self._generation))
             try:
-                _wait_ready(self._launch, self.config.name, self.config.start_timeout)
+                wait_ready(self._launch, self.config.name, self.config.start_timeout)
                 break
             except StackStartError:
                 log = log_tail(self._launch.log_path, lines=10_000)
@@ -347,87 +280,6 @@ class GymStack:
         if head is not None:
             release_ray_head(head)
 
-    def _link_venvs(self, runtime: GymRuntime, venvs: dict[str, Path | None]) -> Path:
-        """Point each server's ``.venv`` at the runtime, or at its own venv in ``venvs`` (nemo-gym then
-        skips building one); not for servers whose venv is None there (isolated: nemo-gym builds it, in
-        a folder of its own so that no link of a non-isolated stack takes its place)."""
-        links = cache_dir() / "server-venvs" / hashlib.sha256(str(runtime.prefix).encode()).hexdigest()[:12]
-        if None in venvs.values():
-            links = links.with_name(links.name + "-isolated")
-        targets = {i.rel_dir: venvs.get(i.name, runtime.prefix) for i in self._instances}
-        targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = runtime.prefix
-        for rel, target in targets.items():
-            link = links / rel / ".venv"
-            if target is None or (link.is_symlink() and link.resolve() == target.resolve()):
-                continue
-            link.parent.mkdir(parents=True, exist_ok=True)
-            tmp = link.with_name(f".venv.tmp-{secrets.token_hex(4)}")
-            tmp.symlink_to(target, target_is_directory=True)
-            os.replace(tmp, link)  # atomic: concurrent stacks may do the same
-        return links
-
-    def _spawn(self, runtime: GymRuntime, ray_head: RayHead | None, venvs: dict[str, Path | None]) -> Launch:
-        links = self._link_venvs(runtime, venvs)
-        sweep_run_dirs(cache_dir() / "runs")
-        sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
-        remove_legacy_port_locks(cache_dir() / "ports")
-        name = run_id(self.config.name, os.getpid(), secrets.token_hex(4))
-        with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
-            return self._new_launch(runtime, ray_head, links, name)
-
-    def _new_launch(self, runtime: GymRuntime, ray_head: RayHead | None, links: Path, name: str) -> Launch:
-        run_dir = cache_dir() / "runs" / name
-        log_dir = logs_dir() / name
-        (log_dir / SERVER_LOGS).mkdir(parents=True)
-        policy_dir = run_dir / "responses_api_models" / POLICY_IMPLEMENTATION
-        policy_dir.mkdir(parents=True)
-        shutil.copy(GYM_SIDE / "policy_server.py", policy_dir / "app.py")
-        (policy_dir / "requirements.txt").write_text("# served by verifiers_nemo's routing proxy\n")
-        policy_yaml = run_dir / "policy_model.yaml"
-        policy_yaml.write_text(
-            yaml.safe_dump(policy_model_config(self.config.policy_url, self.config.model_placeholders))
-        )
-        reservation = reserve_ports(1 + len(self._instances))
-        head_port, *ports = reservation.ports
-        servers = {i.name: (i, port) for i, port in zip(self._instances, ports, strict=True)}
-        argv = ng_run_argv(
-            runtime.ng_run,
-            self.config,
-            policy_yaml=policy_yaml,
-            head_port=head_port,
-            servers=servers,
-            venv_links=links,
-            uv_cache=cache_dir() / "uv",
-            server_logs=log_dir / SERVER_LOGS,
-            ray_head_address=ray_head.address if ray_head is not None else None,
-        )
-        log_path = log_dir / "ng_run.log"
-        spec = {
-            "argv": argv,
-            "cwd": str(run_dir),
-            "log": str(log_path),
-            "grace_s": max(1.0, self.config.stop_timeout - 3.0),
-            "ports": [[HOST, port] for _, port in servers.values()],
-            "remove": [str(run_dir)],
-            "logs": [str(log_dir)],
-        }
-        logger.debug("Launching Gym stack %s: %s", self.config.name, argv)
-        own = config_variable_names(self.config.config_paths)  # the env's own variables reach its servers only
-        env = child_env(os.environ, runtime.bin_dir, replace(self.config, pass_env=(*self.config.pass_env, *own)))
-        supervisor = start_supervised(
-            runtime.python, spec, cwd=run_dir, env={**env, **(ray_head.env() if ray_head else {})}
-        )
-        return Launch(
-            generation=self._generation,
-            supervisor=supervisor,
-            run_dir=run_dir,
-            log_path=log_path,
-            head_port=head_port,
-            servers=servers,
-            started_at=time.monotonic(),
-            ports=reservation,
-        )
-
     def _stop_locked(self, keep_logs: bool = False) -> None:
         """Stop the launch; its run folder goes, its logs stay only when ``keep_logs`` or it died."""
         if self._monitor is not None:
@@ -466,35 +318,6 @@ class GymStack:
     def _mark_dead(self, launch: Launch, reason: str) -> None:
         if self._deaths.die(launch.generation, reason):
             logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
-
-
-def _wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
-    """Wait until every server of ``launch`` answers; ``StackStartError`` when ng_run exits or time is up."""
-    deadline = launch.started_at + start_timeout
-    pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
-    while pending:
-        if launch.supervisor.poll() is not None:
-            summary = failure_summary(launch.log_path, stack_name)
-            raise StackStartError(f"{summary}\n(full log: {launch.log_path})")
-        for name, port in list(pending.items()):
-            if http_ok(port, HOST):
-                del pending[name]
-        if not pending:
-            break
-        if time.monotonic() > deadline:
-            waiting = "\n".join(
-                f"{name}'s last lines:\n" + "\n".join(f"  {line}" for line in server_lines(launch.log_path, name, 10))
-                for name in sorted(pending)
-                if name != "head_server"
-            )
-            raise StackStartError(
-                f"Gym stack {stack_name}: {sorted(pending)} did not answer within "
-                f"{start_timeout:.0f}s.\n{waiting or log_tail(launch.log_path)}\n"
-                f"(full log: {launch.log_path})"
-            )
-        time.sleep(0.1)
-    launch.ready_seconds = time.monotonic() - launch.started_at
-    launch.ready = True
 
 
 # -- process-wide registry: one stack per (process, config), teardown at exit -----------------------

@@ -1,0 +1,205 @@
+"""One launch of a Gym stack's processes: its folders, port table, policy placeholder and supervised ``ng_run``
+(``spawn``), and the wait until every server answers (``wait_ready``).
+
+What to launch is ``plan.py``'s (servers, argv, environment); ``GymStack`` decides when, and watches, restarts and
+stops what a launch started. Each launch is a generation of the stack: a restart is a new launch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from .._exceptions import ConfigurationError, StackStartError
+from .._gym import GymRuntime, ServerInstance, cache_dir
+from .._gym.env_vars import config_variable_names
+from .._signals import before_forced_exit
+from .config import HOST, StackConfig
+from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
+from .plan import POLICY_IMPLEMENTATION, child_env, ng_run_argv, policy_model_config, run_id
+from .procs import PortReservation, http_ok, remove_legacy_port_locks, reserve_ports, sweep_dead_owners
+from .ray_head import RayHead
+from .supervisor import GYM_SIDE, start_supervised
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Launch:
+    """One run of the stack's processes: its supervisor, folders and port table."""
+
+    generation: int
+    supervisor: subprocess.Popen[bytes]
+    run_dir: Path
+    log_path: Path
+    """ng_run's output (every server's too), in the launch's log folder ``log_path.parent``, which
+    is kept after a failure for the error message that names it, and removed after a clean stop."""
+    head_port: int
+    servers: dict[str, tuple[ServerInstance, int]]
+    started_at: float
+    ports: PortReservation | None = None
+    ready_seconds: float = 0.0
+    ready: bool = False
+    """Every server answered: until then no rollout is sent to it and no probe marks it dead."""
+    stopped: bool = False
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        return tuple(name for name, (i, _) in self.servers.items() if i.server_type == "responses_api_agents")
+
+    def agent_url(self, agent: str | None, stack_name: str) -> str:
+        """Base URL of a Gym agent (the only one when ``agent`` is None), from the launch's own port table."""
+        return f"http://{HOST}:{self.servers[self._agent_name(agent, stack_name)][1]}"
+
+    def run_url(self, agent: str | None, stack_name: str) -> str:
+        """Where a rollout of ``agent`` is posted, as Gym's own collector does: the ``/run`` of the environment
+        server that relays to it when the config declares one (nemo-gym >= 0.7), else the agent's own."""
+        name = self._agent_name(agent, stack_name)
+        relay = next((n for n, (i, _) in self.servers.items() if i.relays_run_of(name)), name)
+        return f"http://{HOST}:{self.servers[relay][1]}/run"
+
+    def _agent_name(self, agent: str | None, stack_name: str) -> str:
+        names = self.agent_names
+        if agent is None:
+            if len(names) != 1:
+                raise ConfigurationError(f"Gym stack {stack_name} has several agents {list(names)}; name one.")
+            agent = names[0]
+        if agent not in names:
+            raise ConfigurationError(f"Gym stack {stack_name} has no agent {agent!r}; it has {list(names)}.")
+        return agent
+
+
+def spawn(
+    config: StackConfig,
+    instances: Sequence[ServerInstance],
+    runtime: GymRuntime,
+    ray_head: RayHead | None,
+    venvs: dict[str, Path | None],
+    generation: int,
+) -> Launch:
+    """Start generation ``generation`` of the stack's processes (not waiting for them to answer)."""
+    links = _link_venvs(runtime, instances, venvs)
+    sweep_run_dirs(cache_dir() / "runs")
+    sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
+    remove_legacy_port_locks(cache_dir() / "ports")
+    name = run_id(config.name, os.getpid(), secrets.token_hex(4))
+    with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
+        return _new_launch(config, instances, runtime, ray_head, links, name, generation)
+
+
+def _link_venvs(runtime: GymRuntime, instances: Sequence[ServerInstance], venvs: dict[str, Path | None]) -> Path:
+    """Point each server's ``.venv`` at the runtime, or at its own venv in ``venvs`` (nemo-gym then
+    skips building one); not for servers whose venv is None there (isolated: nemo-gym builds it, in
+    a folder of its own so that no link of a non-isolated stack takes its place)."""
+    links = cache_dir() / "server-venvs" / hashlib.sha256(str(runtime.prefix).encode()).hexdigest()[:12]
+    if None in venvs.values():
+        links = links.with_name(links.name + "-isolated")
+    targets = {i.rel_dir: venvs.get(i.name, runtime.prefix) for i in instances}
+    targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = runtime.prefix
+    for rel, target in targets.items():
+        link = links / rel / ".venv"
+        if target is None or (link.is_symlink() and link.resolve() == target.resolve()):
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(f".venv.tmp-{secrets.token_hex(4)}")
+        tmp.symlink_to(target, target_is_directory=True)
+        os.replace(tmp, link)  # atomic: concurrent stacks may do the same
+    return links
+
+
+def _new_launch(
+    config: StackConfig,
+    instances: Sequence[ServerInstance],
+    runtime: GymRuntime,
+    ray_head: RayHead | None,
+    links: Path,
+    name: str,
+    generation: int,
+) -> Launch:
+    run_dir = cache_dir() / "runs" / name
+    log_dir = logs_dir() / name
+    (log_dir / SERVER_LOGS).mkdir(parents=True)
+    policy_dir = run_dir / "responses_api_models" / POLICY_IMPLEMENTATION
+    policy_dir.mkdir(parents=True)
+    shutil.copy(GYM_SIDE / "policy_server.py", policy_dir / "app.py")
+    (policy_dir / "requirements.txt").write_text("# served by verifiers_nemo's routing proxy\n")
+    policy_yaml = run_dir / "policy_model.yaml"
+    policy_yaml.write_text(yaml.safe_dump(policy_model_config(config.policy_url, config.model_placeholders)))
+    reservation = reserve_ports(1 + len(instances))
+    head_port, *ports = reservation.ports
+    servers = {i.name: (i, port) for i, port in zip(instances, ports, strict=True)}
+    argv = ng_run_argv(
+        runtime.ng_run,
+        config,
+        policy_yaml=policy_yaml,
+        head_port=head_port,
+        servers=servers,
+        venv_links=links,
+        uv_cache=cache_dir() / "uv",
+        server_logs=log_dir / SERVER_LOGS,
+        ray_head_address=ray_head.address if ray_head is not None else None,
+    )
+    log_path = log_dir / "ng_run.log"
+    spec = {
+        "argv": argv,
+        "cwd": str(run_dir),
+        "log": str(log_path),
+        "grace_s": max(1.0, config.stop_timeout - 3.0),
+        "ports": [[HOST, port] for _, port in servers.values()],
+        "remove": [str(run_dir)],
+        "logs": [str(log_dir)],
+    }
+    logger.debug("Launching Gym stack %s: %s", config.name, argv)
+    own = config_variable_names(config.config_paths)  # the env's own variables reach its servers only
+    env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=(*config.pass_env, *own)))
+    env |= ray_head.env() if ray_head is not None else {}
+    supervisor = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
+    return Launch(
+        generation=generation,
+        supervisor=supervisor,
+        run_dir=run_dir,
+        log_path=log_path,
+        head_port=head_port,
+        servers=servers,
+        started_at=time.monotonic(),
+        ports=reservation,
+    )
+
+
+def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
+    """Wait until every server of ``launch`` answers; ``StackStartError`` when ng_run exits or time is up."""
+    deadline = launch.started_at + start_timeout
+    pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
+    while pending:
+        if launch.supervisor.poll() is not None:
+            summary = failure_summary(launch.log_path, stack_name)
+            raise StackStartError(f"{summary}\n(full log: {launch.log_path})")
+        for name, port in list(pending.items()):
+            if http_ok(port, HOST):
+                del pending[name]
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            waiting = "\n".join(
+                f"{name}'s last lines:\n" + "\n".join(f"  {line}" for line in server_lines(launch.log_path, name, 10))
+                for name in sorted(pending)
+                if name != "head_server"
+            )
+            raise StackStartError(
+                f"Gym stack {stack_name}: {sorted(pending)} did not answer within "
+                f"{start_timeout:.0f}s.\n{waiting or log_tail(launch.log_path)}\n"
+                f"(full log: {launch.log_path})"
+            )
+        time.sleep(0.1)
+    launch.ready_seconds = time.monotonic() - launch.started_at
+    launch.ready = True
