@@ -137,8 +137,10 @@ def write_run(
     env: str = "synthetic_env",
     save_trace: bool = True,
     outcomes: dict[tuple[int, int], str] | None = None,
+    judged: bool = True,
 ) -> Path:
-    """A run folder with ``tasks`` x ``repeats`` rollouts (``outcomes`` forces some (task, repeat))."""
+    """A run folder with ``tasks`` x ``repeats`` rollouts (``outcomes`` forces some (task, repeat)); ``judged``: its
+    summary counts judge calls."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "results.jsonl", "w") as out:
@@ -171,17 +173,17 @@ def write_run(
             "save_trace": save_trace,
         },
         "counts": {"expected": tasks * repeats, "done": tasks * repeats, "missing": 0},
-        "summary": {
-            "judges": {
-                "judge_model": {
-                    "target": "j@http://127.0.0.1:8001/v1",
-                    "calls": 7,
-                    "failed": 1,
-                    "input_tokens": 700,
-                    "output_tokens": 70,
-                }
-            }
-        },
+        "summary": {},
     }
+    if judged:
+        metadata["summary"]["judges"] = {  # type: ignore[index]
+            "judge_model": {
+                "target": "j@http://127.0.0.1:8001/v1",
+                "calls": 7,
+                "failed": 1,
+                "input_tokens": 700,
+                "output_tokens": 70,
+            }
+        }
     (folder / "metadata.json").write_text(json.dumps(metadata))
     return folder

@@ -116,55 +116,62 @@ def test_a_folder_holding_several_runs_names_them(tmp_path: Path) -> None:
         load_run(tmp_path / "evals")
 
 
-def test_a_verifiers_traces_file_reads_like_our_results(tmp_path: Path) -> None:
-    def episode(idx: int, ok: bool) -> dict:
-        nodes = [
-            {"tools": [{"name": "lookup"}], "message": {"role": "system", "content": "sys"}},
-            {"parent": 0, "message": {"role": "user", "content": f"question {idx}"}},
-            {
-                "parent": 1,
-                "message": {
-                    "role": "assistant",
-                    "tool_calls": [{"id": "c1", "type": "function", "name": "lookup", "arguments": "{}"}],
-                },
-                "sampled": True,
+def vf_episode(idx: int, ok: bool) -> dict:
+    """One episode of verifiers' traces.jsonl (vf-eval nemo-gym-env), scored or failed."""
+    nodes = [
+        {"tools": [{"name": "lookup"}], "message": {"role": "system", "content": "sys"}},
+        {"parent": 0, "message": {"role": "user", "content": f"question {idx}"}},
+        {
+            "parent": 1,
+            "message": {
+                "role": "assistant",
+                "tool_calls": [{"id": "c1", "type": "function", "name": "lookup", "arguments": "{}"}],
             },
-            {"parent": 2, "message": {"role": "tool", "tool_call_id": "c1", "content": "42"}},
-        ]
-        gym = {
-            "reward": 1.0 if ok else None,
-            "env": "e",
-            "metrics": {"accuracy": 1.0} if ok else {},
-            "error": None if ok else {"type": "upstream_http", "message": "404 from upstream"},
-            "timing": {"rollout_s": 2.0},
-        }
-        trace = {
-            "ok": ok,
-            "errors": [] if ok else [{"type": "HarnessError", "message": "404"}],
-            "nodes": nodes,
-            "calls": [
-                {
-                    "node": 2,
-                    "usage": {"prompt_tokens": 5, "completion_tokens": 3},
-                    "time": {"start": 1.0, "end": 1.5},
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "rewards": {"nemo_gym": {"score": gym["reward"], "weight": 1.0}},
-            "metrics": gym["metrics"],
-            "info": {"nemo_gym": gym},
-            "num_input_tokens": 5,
-            "num_output_tokens": 3,
-        }
-        return {
-            "task": {"data": {"id": str(idx), "idx": idx, "nemo_env": "e", "recorded_reward": 1.0}},
-            "traces": [trace],
-        }
+            "sampled": True,
+        },
+        {"parent": 2, "message": {"role": "tool", "tool_call_id": "c1", "content": "42"}},
+    ]
+    gym = {
+        "reward": 1.0 if ok else None,
+        "env": "e",
+        "metrics": {"accuracy": 1.0} if ok else {},
+        "error": None if ok else {"type": "upstream_http", "message": "404 from upstream"},
+        "timing": {"rollout_s": 2.0},
+    }
+    trace = {
+        "ok": ok,
+        "errors": [] if ok else [{"type": "HarnessError", "message": "404"}],
+        "nodes": nodes,
+        "calls": [
+            {
+                "node": 2,
+                "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+                "time": {"start": 1.0, "end": 1.5},
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "rewards": {"nemo_gym": {"score": gym["reward"], "weight": 1.0}},
+        "metrics": gym["metrics"],
+        "info": {"nemo_gym": gym},
+        "num_input_tokens": 5,
+        "num_output_tokens": 3,
+    }
+    return {
+        "task": {"data": {"id": str(idx), "idx": idx, "nemo_env": "e", "recorded_reward": 1.0}},
+        "traces": [trace],
+    }
 
-    folder = tmp_path / "vf" / "nemo-gym-env--m--1"
+
+def write_vf_run(folder: Path, episodes: list[dict]) -> Path:
     folder.mkdir(parents=True)
-    lines = [episode(0, True), episode(0, True), episode(1, False)]
-    (folder / "traces.jsonl").write_text("\n".join(json.dumps(e) for e in lines) + "\n")
+    (folder / "traces.jsonl").write_text("\n".join(json.dumps(e) for e in episodes) + "\n")
+    return folder
+
+
+def test_a_verifiers_traces_file_reads_like_our_results(tmp_path: Path) -> None:
+    write_vf_run(
+        tmp_path / "vf" / "nemo-gym-env--m--1", [vf_episode(0, True), vf_episode(0, True), vf_episode(1, False)]
+    )
     run = load_run(tmp_path / "vf")  # the -o folder of vf-eval, holding one run
     assert [(r.task, r.rollout_index, r.status, r.kind) for r in run.rollouts] == [
         ("0", 0, "scored", None),
@@ -354,6 +361,23 @@ def test_the_report_is_one_file_holding_every_rollout_and_no_network(tmp_path: P
     assert details["D"][0]["c"], "a run saved with --save-trace shows each policy call"
     assert not details["D"][18]["c"] and details["D"][18]["m"], "one saved without it shows its messages"
     assert data["compare"][0]["paired_tasks"] == 6
+
+
+def test_the_judge_section_says_none_was_recorded_and_names_vf_eval_only_for_a_vf_eval_run(tmp_path: Path) -> None:
+    unjudged = write_run(tmp_path / "unjudged", tasks=2, repeats=1, judged=False)
+    judged = write_run(tmp_path / "judged", tasks=2, repeats=1)
+    vf = write_vf_run(tmp_path / "vf" / "nemo-gym-env--m--1", [vf_episode(0, True), vf_episode(1, True)])
+
+    def note(*runs: Path) -> str | None:
+        out = tmp_path / f"{'-'.join(run.name for run in runs)}.html"
+        assert main(["report", *map(str, runs), "-o", str(out)]) == 0
+        return _data(out.read_text())["judge_note"]
+
+    vf_note = "vf-eval's traces do not record judge calls (nemo-gym-env--m--1)."
+    assert note(unjudged) == "No judge calls were recorded."  # a run of ours, with no judge: no word of vf-eval
+    assert note(judged) is None  # the table says it all
+    assert note(unjudged, vf) == f"No judge calls were recorded. {vf_note}"
+    assert note(judged, vf) == vf_note
 
 
 def test_one_run_gets_its_report_in_its_folder(tmp_path: Path) -> None:

@@ -133,6 +133,16 @@ def _packed(value: Any) -> str:
     return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
 
 
+def judge_note(runs: Sequence[Run]) -> str | None:
+    """What the judge section says besides its table: that no judge call was recorded (when none of the runs has
+    one), and that vf-eval's traces keep none (only where a run is a vf-eval one)."""
+    parts = [] if any(run.judges for run in runs) else ["No judge calls were recorded."]
+    vf_eval = [run.label for run in runs if run.source == "vf-eval"]
+    if vf_eval:
+        parts.append(f"vf-eval's traces do not record judge calls ({', '.join(vf_eval)}).")
+    return " ".join(parts) or None
+
+
 def build_html(
     runs: Sequence[Run], strings: Strings, *, title: str | None = None, notes: list[str] | None = None
 ) -> str:
@@ -170,6 +180,7 @@ def build_html(
             }
             for run in runs
         ],
+        "judge_note": judge_note(runs),
         "scopes": scopes,
         "overview": {scope: _overview_of(runs, scope) for scope in scopes},
         "compare": comparisons,

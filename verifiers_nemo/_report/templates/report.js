@@ -141,9 +141,9 @@
       [2, 3, 4, 5, 6],
     ));
     const judges = DATA.runs.flatMap((run) => Object.entries(run.judges || {}).map(([name, j]) => [run.label, name, j.target || "", count(j.calls), count(j.failed), count(j.input_tokens || 0), count(j.output_tokens || 0)]));
-    parts.push(el("h2", {}, "Judge calls (apart from the policy's; not in its tokens)"),
-      judges.length ? table(["run", "judge", "target", "calls", "failed", "tokens in", "tokens out"], judges, [3, 4, 5, 6])
-        : el("p", { class: "muted" }, "No judge calls recorded for these runs (vf-eval traces do not record them)."));
+    parts.push(el("h2", {}, "Judge calls (apart from the policy's; not in its tokens)"));
+    if (judges.length) parts.push(table(["run", "judge", "target", "calls", "failed", "tokens in", "tokens out"], judges, [3, 4, 5, 6]));
+    if (DATA.judge_note) parts.push(el("p", { class: "muted" }, DATA.judge_note));
     tables.replaceChildren(...parts);
 
     const figs = document.getElementById("figs");
