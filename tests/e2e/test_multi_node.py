@@ -163,19 +163,21 @@ def _lines(code: str, head: Node) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _start_policy(head: Node, folder: Path, hold: str) -> subprocess.Popen[str]:
-    ready = folder / "policy.ready"
+    """The stand-in vLLM in the head's namespace (tests/e2e/held_replay.py); ``_listening`` waits for it."""
     argv = [sys.executable, str(ROOT / "tests/e2e/held_replay.py"), ENV, head.address, str(POLICY_PORT)]
-    argv += [str(folder / "calls"), hold, str(ready)]
-    log = (folder / "policy.log").open("w")
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", head.netns, *argv], cwd=ROOT, env=head.environ(), stdout=log, stderr=log, text=True
-    )
+    argv += [str(folder / "calls"), hold, str(folder / "policy.ready")]
+    with (folder / "policy.log").open("w") as log:  # the child keeps its own copy of the file
+        return subprocess.Popen(
+            ["ip", "netns", "exec", head.netns, *argv], cwd=ROOT, env=head.environ(), stdout=log, stderr=log, text=True
+        )
+
+
+def _listening(policy: subprocess.Popen[str], folder: Path) -> None:
     deadline = time.monotonic() + 120
-    while not ready.exists():
-        assert proc.poll() is None, (folder / "policy.log").read_text()[-3000:]
+    while not (folder / "policy.ready").exists():
+        assert policy.poll() is None, (folder / "policy.log").read_text()[-3000:]
         assert time.monotonic() < deadline, "the replay server did not listen within 120 s"
         time.sleep(0.1)
-    return proc
 
 
 def _callers(folder: Path) -> set[str]:
@@ -192,7 +194,7 @@ def test_the_readme_multi_node_block_loses_nothing_when_a_node_dies_mid_run(
     folder = head.folder.parent
     run_dir = folder / "run"
     run_dir.mkdir()
-    _start_policy(head, folder, hold=worker.address)
+    policy = _start_policy(head, folder, hold=worker.address)  # starts while the nodes do
 
     eval_proc = None
     for line, where in _lines(code, head):
@@ -205,6 +207,7 @@ def test_the_readme_multi_node_block_loses_nothing_when_a_node_dies_mid_run(
                 node.exports.append(line)
         elif " eval " in line:
             assert where == ("head",)
+            _listening(policy, folder)
             eval_proc = head.popen(line, run_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         else:
             procs = [(n, n.popen(line.replace("NODE_IP", n.address), run_dir, stdout=subprocess.PIPE,
