@@ -98,14 +98,12 @@ def _last_error(output: str) -> str:
 async def via_cli(env_name: str, env: dict[str, str], folder: Path) -> Rows | str:
     out = folder / "cli"
     code, output = await _run([str(CLI), "eval", env_name, "-s", "-o", str(out)], env, folder)
-    found = list(out.glob("*/*/results.jsonl"))
-    if not found:
-        return f"exit {code}: {_last_error(output)}"
     rows: Rows = {}
-    for line in found[0].read_text().splitlines():
-        record = json.loads(line)
-        rows[record["task_index"]] = ((record.get("error") or {}).get("type"), record.get("reward"))
-    return rows
+    for found in out.glob("*/*/results.jsonl"):
+        for line in found.read_text().splitlines():
+            record = json.loads(line)
+            rows[record["task_index"]] = ((record.get("error") or {}).get("type"), record.get("reward"))
+    return rows or f"exit {code}: {_last_error(output)}"  # no row: it did not run (its folder may be there)
 
 
 async def via_recipe(env_name: str, env: dict[str, str], folder: Path) -> Rows | str:
@@ -192,11 +190,14 @@ def main() -> None:
             print(f"nemo-gym {release}: {len(names)} environments, CLI vs the README's recipe", flush=True)
             rows = asyncio.run(compare(release, names, args.jobs, Path(scratch)))
             disagreeing = [r["env"] for r in rows if not r["agree"]]
-            figures[release] = {"environments": len(rows), "disagreeing": disagreeing, "rows": rows}
-    print("\nrelease  environments  disagreeing  (CLI vs the README's Python recipe, every recorded row)")
+            neither = [r["env"] for r in rows if r["cli"] == r["recipe"] == "refused"]
+            figures[release] = {"environments": len(rows), "disagreeing": disagreeing, "neither_ran": neither}
+            figures[release]["rows"] = rows
+    print("\nrelease  environments  disagreeing  neither ran  (CLI vs the README's Python recipe, every recorded row)")
     for release, result in figures.items():
-        names = ", ".join(result["disagreeing"]) or "-"
-        print(f"{release:8s} {result['environments']:12d}  {len(result['disagreeing']):11d}  {names}")
+        differ, neither = result["disagreeing"], result["neither_ran"]
+        print(f"{release:8s} {result['environments']:12d}  {len(differ):11d}  {len(neither):11d}"
+              f"  disagreeing: {', '.join(differ) or '-'}; neither ran: {', '.join(neither) or '-'}")  # fmt: skip
     write_json(args.json, figures)
 
 
