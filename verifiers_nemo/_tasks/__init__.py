@@ -1,8 +1,8 @@
 """Tasks of NeMo Gym environments: JSONL rows read, validated and given a framework-friendly view.
 
 ``taskset`` (``NeMoGymTaskset``, the sequence of tasks) → ``source`` (which file) → ``rows`` (reading,
-limit, reservoir sample; a file's rows held as offsets, ``FileRows``) → ``validation`` (a row checked as nemo-gym would) →
-``task`` (``Task``: one rollout's work); ``hf`` is the Hugging Face ``datasets`` bridge.
+limit, reservoir sample; a file's rows held as offsets, ``FileRows``) → ``validation`` (a row checked as
+nemo-gym would) → ``task`` (``Task``: one rollout's work); ``hf`` is the Hugging Face ``datasets`` bridge.
 """
 
 from .rows import SkippedRows
