@@ -130,6 +130,8 @@ def traced(tmp: Path, config: dict[str, Any], upstream: str, batches: int, batch
     by_package: dict[str, float] = {}
     by_file: dict[str, float] = {}
     for filename in set(before) | set(after):
+        if filename.endswith(("_env_server_traced.py", "tracemalloc.py")):
+            continue  # the tracer's own snapshot
         grown = after.get(filename, 0) - before.get(filename, 0)
         by_package[_package(filename)] = by_package.get(_package(filename), 0.0) + grown / episodes
         by_file[filename] = grown / episodes

@@ -281,6 +281,7 @@ class Evaluation:
                 async for result in stream:
                     self.timing.rollouts += 1
                     self.timing.rollouts_s = time.monotonic() - started
+                    self._count_judge_calls()  # counted as they come: none is held for the end
                     observer.rollout_finished(result)
                     yield result
         finally:
