@@ -20,6 +20,7 @@ def _write_stats() -> None:
         "vm_hwm_kb": int(fields["VmHWM"].split()[0]),
         "vm_rss_kb": int(fields["VmRSS"].split()[0]),
         "cpu_s": usage.ru_utime + usage.ru_stime,
+        "module": os.path.dirname(sys.modules["verifiers_nemo"].__file__ or ""),
     }
     with open(os.environ["BENCH_EVAL_STATS"], "w") as out:
         json.dump(figures, out)

@@ -55,6 +55,9 @@ class Run:
     saved: int = 0
     scored: int = 0
     reproduced: str = ""
+    errors: dict[str, int] | None = None
+    module: str = ""
+    """Where the ``verifiers_nemo`` that ran was imported from."""
     exit_code: int = 0
 
 
@@ -96,11 +99,13 @@ def run_eval(python: str, code: str, mode: str, rollouts: int, env: str, example
         figures = json.loads(stats.read_text())
         run.peak_mb = figures["vm_hwm_kb"] / 1024
         run.cpu_s = figures["cpu_s"]
+        run.module = figures.get("module", "")
         (folder,) = [p.parent for p in out.glob("*/*/metadata.json")]
         run.saved = _lines(folder / "results.jsonl")
         metadata = json.loads((folder / "metadata.json").read_text())
         summary = metadata["summary"]
         run.scored = summary["rollouts"]["scored"]
+        run.errors = summary.get("errors_by_type") or {}
         run.rollouts_per_s = summary["timing"].get("rollouts_per_s")
         replay = summary.get("replay") or {}
         run.reproduced = f"{replay.get('reproduced')}/{replay.get('compared')}"
@@ -123,6 +128,7 @@ def print_table(runs: list[Run]) -> None:
         print(
             f"{run.code:<8} {run.mode:<6} {run.rollouts:>9,} {run.peak_mb:>12.1f} {run.peak_mb - base.peak_mb:>+10.1f} "
             f"{rate:>11} {cpu:>15} {run.wall_s:>8.0f}  {run.saved:,} / {run.scored:,} / {run.reproduced}"
+            + (f"  errors {run.errors}" if run.errors else "")
             + (f"  (exit {run.exit_code})" if run.exit_code else "")
         )
 
@@ -167,7 +173,7 @@ def main() -> None:
     for python, code, mode, size in plan:
         run = run_eval(python, code, mode, size, args.env, args.examples, args.concurrency)
         runs.append(run)
-        print(f"  {code} {mode} {size:,}: peak {run.peak_mb:.1f} MB, {run.wall_s:.0f} s", flush=True)
+        print(f"  {code} {mode} {size:,}: peak {run.peak_mb:.1f} MB, {run.wall_s:.0f} s ({run.module})", flush=True)
     print()
     print_table(runs)
     check = growth_check(runs)
