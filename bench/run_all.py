@@ -1,7 +1,7 @@
 """Run every benchmark under bench/ and print one summary table with the targets of issue 7.
 
-    .venv/bin/python bench/run_all.py            # everything, about 13 minutes on 2 CPUs (bench_ray: 3.5)
-    .venv/bin/python bench/run_all.py --quick    # a smoke run with small counts (about 7 minutes; bench_ray: 2.5-3)
+    .venv/bin/python bench/run_all.py            # everything, ~20 minutes on 2 CPUs (bench_ray 3.5, eval_memory 6)
+    .venv/bin/python bench/run_all.py --quick    # a smoke run with small counts (about 8 minutes; bench_ray: 2.5-3)
     .venv/bin/python bench/run_all.py --only throughput,proxy --all-envs
 
 Each benchmark runs as its own subprocess, one after the other, and its own tables are shown as they
@@ -67,7 +67,15 @@ STEPS = [
     Step("taskset", "bench_taskset.py", [], ["--rows", "100000"]),
     Step("ray", "bench_ray.py", ["--actors", "1,2,4"], ["--actors", "1,2,4", "--quick"]),
     Step("shared_ray", "bench_shared_ray.py", ["--repeats", "2"], ["--repeats", "1"]),
+    Step(
+        "eval_memory",
+        "bench_eval_memory.py",
+        ["--sizes", "2000,20000", "--ray-sizes", "10000"],
+        ["--sizes", "500,2000", "--ray-sizes", ""],
+    ),
 ]
+EVAL_MEMORY_TARGET_MB = 16.0
+"""Issue 37: from 2,000 to 20,000 rollouts of one eval the peak RSS grows by at most this much."""
 SHARED_RAY_TARGETS = {  # the machine's shared Ray head (issue 30), quiet 2-core machine, example_multi_step
     "0.4": {"first_s": 7.0, "later_s": 4.0, "added_processes": 12, "added_pss_mib": 512},
     "0.7": {"first_s": 9.0, "later_s": 6.0},
@@ -288,6 +296,25 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
     elif sr is not None:
         t.section("shared Ray head")
         t.add("bench_shared_ray.py", str(sr))
+
+    em = results.get("eval_memory")
+    if isinstance(em, dict):
+        t.section("eval process, replay policy, -n 5 -c 64 -s (bench_eval_memory.py; peak RSS, rollouts/s, CPU)")
+        smallest: dict[tuple[str, str], float] = {}
+        for r in em["runs"]:
+            base = smallest.setdefault((r["code"], r["mode"]), r["peak_mb"])
+            cpu = f"{r['cpu_ms_per_rollout']:.2f} ms CPU" if r["cpu_ms_per_rollout"] is not None else ""
+            rate = f"{r['rollouts_per_s']:.1f}/s" if r["rollouts_per_s"] else "n/a"
+            t.add(f"{r['code']} {r['mode']}, {r['rollouts']:,} rollouts (peak MB, growth)",
+                  f"{r['peak_mb']:.1f}", f"{r['peak_mb'] - base:+.1f}", rate, cpu)  # fmt: skip
+        growth = em.get("growth")
+        if growth:
+            ok = growth["growth_mb"] <= EVAL_MEMORY_TARGET_MB and growth["complete"]
+            t.add("peak RSS growth, 2,000 -> 20,000 rollouts, all saved and scored (MB)",
+                  f"{growth['growth_mb']:+.1f}", "", "", f"<= {EVAL_MEMORY_TARGET_MB:.0f} MB", met(ok))  # fmt: skip
+    elif em is not None:
+        t.section("eval memory")
+        t.add("bench_eval_memory.py", str(em))
 
     print(f"\n{'=' * 100}")
     print(

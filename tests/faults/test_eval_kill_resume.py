@@ -28,7 +28,7 @@ from aiohttp import web
 
 from tests.e2e.test_cli import CLI, SynonymPolicy, _child_env
 from tests.faults.helpers import cmdline_of, environ_of, pids_with_env, record_figures
-from verifiers_nemo._eval import read_results
+from verifiers_nemo._eval import EvalSettings, ResultsFolder, format_summary, read_results, run_metadata
 from verifiers_nemo._gym.runtime import cache_dir
 from verifiers_nemo._stack.procs import port_accepts
 
@@ -233,6 +233,25 @@ async def test_sigkilled_eval_resumes_with_every_pair_exactly_once(rounds: list[
         assert r.new_first_calls == TOTAL - r.saved_before_kill  # only the missing ones ran again
         assert r.metadata["status"] == "finished"
         assert r.metadata["counts"] == {"expected": TOTAL, "done": TOTAL, "missing": 0}
+
+
+async def test_a_resumed_run_summarises_its_rollouts_as_one_uninterrupted_run_would(rounds: list[Round]) -> None:
+    for r in rounds:
+        settings = EvalSettings.from_dict(r.metadata["settings"])
+        # what one session would print over the same saved lines (its summary taken over them in one pass)
+        assert r.run_dir is not None
+        whole = run_metadata(r.metadata, settings, ResultsFolder(r.run_dir), TOTAL, r.lines, r.metadata["sessions"])
+        resumed = r.metadata
+
+        assert _without_timing(resumed["summary"]) == _without_timing(whole["summary"])
+        assert resumed["summary"]["rollouts"] == {"total": 20, "scored": 20, "errored": 0, "masked": 0, "examples": 5}
+        assert resumed["summary"]["pass_at_k"] == {"1": 1.0, "2": 1.0, "4": 1.0}
+        shown = [line for line in format_summary(resumed).splitlines() if not line.startswith("Timing")]
+        assert shown == [line for line in format_summary(whole).splitlines() if not line.startswith("Timing")]
+
+
+def _without_timing(summary: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in summary.items() if key != "timing"}
 
 
 async def test_sigkilled_eval_leaves_no_process_or_port_of_its_stack(rounds: list[Round]) -> None:

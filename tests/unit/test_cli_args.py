@@ -170,7 +170,8 @@ def test_loading_tasks_for_an_endpoint_picks_the_dataset_and_limits_it() -> None
 
     tasks = evaluation.load()
 
-    assert evaluation.expected_pairs == [(t, r) for t in range(2) for r in range(3)]
+    assert list(evaluation.expected) == [(t, r) for t in range(2) for r in range(3)]
+    assert [(t.task_index, t.rollout_index) for t in tasks] == list(evaluation.expected)
     assert all(not task.recorded for task in tasks)
     settings.env_args = {"dataset": "nope"}
     with pytest.raises(ConfigurationError, match="has no dataset 'nope'"):

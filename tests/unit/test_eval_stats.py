@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 from verifiers_nemo import ConfigurationError
-from verifiers_nemo._eval.results import ResultsFolder, dedupe_records, missing_pairs, read_results, run_folder_name
+from verifiers_nemo._eval.results import (
+    DoneRollouts,
+    ExpectedRollouts,
+    ResultsFolder,
+    read_results,
+    read_resume_state,
+    run_folder_name,
+)
 from verifiers_nemo._eval.settings import EvalSettings
 from verifiers_nemo._eval.stats import (
     pass_at_k,
@@ -210,20 +217,34 @@ def test_timing_summary_uses_the_current_session() -> None:
 
 
 def test_missing_pairs_are_the_expected_ones_without_a_record() -> None:
-    expected = [(t, r) for t in range(3) for r in range(2)]
-    done = [record(0, 0, 1.0), record(2, 1, None), record(1, 0, 0.0), record(9, 9, 1.0)]
+    expected = ExpectedRollouts([3], 2)
+    done = DoneRollouts(expected)
+    for r in [record(0, 0, 1.0), record(2, 1, None), record(1, 0, 0.0), record(9, 9, 1.0)]:
+        done.add(r)
 
-    assert missing_pairs(expected, done) == [(0, 1), (1, 1), (2, 0)]
-    assert missing_pairs(expected, []) == expected
+    assert list(expected) == [(t, r) for t in range(3) for r in range(2)]
+    assert [pair for pair in expected if pair not in done] == [(0, 1), (1, 1), (2, 0)]
+    assert [pair for pair in expected if pair not in DoneRollouts(expected)] == list(expected)
 
 
-def test_dedupe_keeps_the_first_record_of_a_pair_and_only_expected_pairs() -> None:
-    records = [record(0, 0, 1.0), record(0, 0, 0.0), record(5, 0, 1.0), record(1, 0, 0.5)]
+def test_dedupe_keeps_the_first_record_of_a_pair_and_only_expected_pairs(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    _write_lines(path, [record(0, 0, 1.0), record(0, 0, 0.0), record(5, 0, 1.0), record(1, 0, 0.5)])
+    kept: list[dict[str, Any]] = []
 
-    kept, duplicates, unexpected = dedupe_records(records, {(0, 0), (1, 0)})
+    state = read_resume_state(path, ExpectedRollouts([2], 1), kept.append)
 
     assert [(r["task_index"], r["reward"]) for r in kept] == [(0, 1.0), (1, 0.5)]
-    assert (duplicates, unexpected) == (1, 1)
+    assert (state.done.duplicates, state.done.unexpected, state.done.count) == (1, 1, 2)
+    assert state.done.complete
+
+
+def test_the_pairs_of_a_mix_are_numbered_per_environment_from_its_stride() -> None:
+    expected = ExpectedRollouts([2, 1], 2, stride=1000)
+
+    assert list(expected) == [(0, 0), (0, 1), (1, 0), (1, 1), (1000, 0), (1000, 1)]
+    assert [expected.slot(*pair) for pair in expected] == list(range(6))
+    assert expected.slot(2, 0) is None and expected.slot(1001, 0) is None and expected.slot(0, 2) is None
 
 
 def _write_lines(path: Path, records: list[dict[str, Any]], tail: str = "") -> None:

@@ -17,6 +17,7 @@ from verifiers_nemo._cli.parser import build_parser
 from verifiers_nemo._cli.settings import judge_settings
 from verifiers_nemo._gym import merged_configs
 from verifiers_nemo._judge import JudgeEndpoints, judge_refs, plan_judges
+from verifiers_nemo._routing.proxy import JUDGE_CALLS_KEPT
 
 # -- the config rewrite ------------------------------------------------------------------------------
 
@@ -83,6 +84,25 @@ async def test_a_judge_port_answers_calls_without_a_route_key_and_closes_with_it
     assert policy_port == 404
     assert len(calls) == 1 and calls[0].usage["total_tokens"] == 9 and route.take_calls() == []
     assert refused
+
+
+async def test_a_judge_route_keeps_only_its_latest_calls_until_they_are_taken() -> None:
+    with RoutingProxy() as proxy:
+        route = proxy.open_judge_route(
+            Endpoint(base_url="http://unused/v1", model="jud"), upstream=FunctionUpstream(_judge_answer)
+        )
+        kept = route.keep_calls
+        route.keep_calls = 3  # JUDGE_CALLS_KEPT in a long run nobody takes its judge calls from
+        async with aiohttp.ClientSession() as client:
+            for n in range(5):
+                body = {"input": [{"role": "user", "content": f"grade {n}"}]}
+                async with client.post(f"{route.url}/v1/responses", json=body) as resp:
+                    assert resp.status == 200
+        calls = route.take_calls()
+        route.close()
+
+    assert kept == JUDGE_CALLS_KEPT
+    assert [call.index for call in calls] == [2, 3, 4] and route.dropped_calls == 2
 
 
 # -- judge= and the CLI flags ------------------------------------------------------------------------

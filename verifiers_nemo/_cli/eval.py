@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._eval import format_summary, plural, run_metadata, slim_record
+from .._eval import format_summary, plural, run_metadata
 from .._exceptions import ConfigurationError, MissingRequirementsError, VerifiersNemoError
 from .._signals import CapturedSignals, capture_signals, end_now
 from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
@@ -23,7 +23,7 @@ from .settings import new_settings, resumed_settings
 from .token_warnings import TokenBreakWarnings
 
 if TYPE_CHECKING:
-    from .._eval import EvalSettings, Evaluation, ResultsFolder
+    from .._eval import DoneRollouts, EvalSettings, Evaluation, ResultsFolder, RunTally
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -86,16 +86,17 @@ def _run_eval(
     from .._eval import (
         Evaluation,
         PreflightError,
+        RunTally,
         base_urls,
-        dedupe_records,
         preflight,
-        read_results,
+        read_resume_state,
         resolve_api_key,
     )
     from .._replay import unreproducible_reason
 
     resuming = folder is not None
-    previous: list[dict[str, Any]] = []
+    tally = RunTally(settings)
+    done: DoneRollouts | None = None
     notes: list[str] = []
     try:
         if settings.policy == "endpoint":
@@ -106,18 +107,16 @@ def _run_eval(
         if settings.policy == "endpoint" and key is not None:
             settings.model = preflight(settings.base_url, settings.model or None, key)
         evaluation = Evaluation(settings)
-        tasks = evaluation.load()
-        expected = evaluation.expected_pairs
+        evaluation.load()
+        expected = evaluation.expected
         examples = len(expected) // settings.rollouts_per_example
         if not resuming and settings.num_examples and settings.num_examples > examples:
             source = evaluation.env.taskset.path.name if evaluation.env is not None else "the dataset"
             say(f"note: -n {settings.num_examples}, but {source} has {plural(examples, 'example')}; running all.")
         if folder is not None:  # resume: what is done already (read only, so a finished run needs no write)
-            records, truncated = read_results(folder.results_path)
-            previous, duplicates, unexpected = dedupe_records(records, set(expected))
-            done = {(int(r["task_index"]), int(r["rollout_index"])) for r in previous}
-            if not truncated and all(pair in done for pair in expected):
-                return _show_finished(settings, folder, metadata, previous, len(expected))
+            state = read_resume_state(folder.results_path, expected, tally.add)
+            if not state.truncated and state.done.complete:
+                return _show_finished(settings, folder, metadata, tally, len(expected))
             if settings.policy == "endpoint":
                 assert settings.base_url is not None
                 key = resolve_api_key(settings.api_key_var)
@@ -129,16 +128,20 @@ def _run_eval(
             evaluation.use_api_key(key.value)
         if folder is not None:
             folder.open_for_append()
-            records, truncated = read_results(folder.results_path, repair=True)
-            previous, duplicates, unexpected = dedupe_records(records, set(expected))
-            if truncated:
+            if not state.unchanged():  # written to since it was read (now it is ours): read it again
+                tally = RunTally(settings)
+                state = read_resume_state(folder.results_path, expected, tally.add)
+            state.repair()
+            done = state.done
+            if state.truncated:
                 notes.append(
                     "note: the last line of results.jsonl was cut off (the run was killed while writing it); "
                     "that rollout runs again"
                 )
-            if duplicates or unexpected:
+            if done.duplicates or done.unexpected:
                 notes.append(
-                    f"note: ignoring {duplicates} duplicate and {unexpected} unexpected lines in results.jsonl"
+                    f"note: ignoring {done.duplicates} duplicate and {done.unexpected} unexpected lines in "
+                    "results.jsonl"
                 )
         elif args.save:
             from .._eval import DEFAULT_OUTPUT_DIR, ResultsFolder
@@ -155,8 +158,7 @@ def _run_eval(
 
     for note in notes:
         say(note)
-    done = {(int(r["task_index"]), int(r["rollout_index"])) for r in previous}
-    pending = [t for t in tasks if (t.task_index, t.rollout_index) not in done]
+    previous = done.count if done is not None else 0
     if settings.policy == "replay":
         header = f"{settings.nemo_env} with the replay policy (its recorded rollouts answer)"
     else:
@@ -164,7 +166,7 @@ def _run_eval(
     say(
         f"Evaluating {header}: {plural(examples, 'example')} x {plural(settings.rollouts_per_example, 'rollout')}"
         f" = {len(expected)}"
-        + (f" ({len(pending)} to run)" if previous else "")
+        + (f" ({len(expected) - previous} to run)" if previous else "")
         + (f"; saving to {folder.path}" if folder else "")
     )
     if settings.policy != "replay" and not _bounds_output(settings.sampling_args):
@@ -174,18 +176,19 @@ def _run_eval(
             "waiting on the model."
         )
     if settings.policy == "replay":
-        known = sorted({t.task_index for t in pending if unreproducible_reason(*settings.origin(t.task_index))})
-        for task_index in known:
-            say(
-                f"note: the recording of task {task_index} is known not to reproduce "
-                f"({unreproducible_reason(*settings.origin(task_index))}); it is left out of the replay verdict."
-            )
+        for task_index in evaluation.tasks.task_indices(done):
+            reason = unreproducible_reason(*settings.origin(task_index))
+            if reason:
+                say(
+                    f"note: the recording of task {task_index} is known not to reproduce ({reason}); it is left "
+                    "out of the replay verdict."
+                )
     interrupt = _Interrupt()
     # The first SIGINT/SIGTERM stops the run (finished rollouts kept, summary printed); once the loop is
     # closed the previous handlers come back and the signal is raised again (SIGINT: KeyboardInterrupt, 130).
     with capture_signals(interrupt.on_signal, force=False) as captured:
         interrupt.captured = captured
-        code = asyncio.run(_execute(evaluation, pending, previous, folder, metadata, wall_start, interrupt))
+        code = asyncio.run(_execute(evaluation, done, tally, folder, metadata, wall_start, interrupt))
     if args.report and folder is not None and folder.results_path.exists():
         write_and_tell([folder.path], folder.path / REPORT_FILE)
     return code
@@ -232,18 +235,18 @@ def _show_finished(
     settings: EvalSettings,
     folder: ResultsFolder,
     metadata: dict[str, Any],
-    records: list[dict[str, Any]],
+    tally: RunTally,
     expected: int,
 ) -> int:
     """``-R`` of a run with nothing left to run: its summary as saved (no endpoint check, no stack, and its
     sessions' real timings), writing nothing unless its status was not ``finished`` yet."""
     sessions = list(metadata.get("sessions", []))
-    updated = run_metadata(metadata, settings, folder, expected, [slim_record(r) for r in records], sessions)
+    updated = run_metadata(metadata, settings, folder, expected, tally, sessions)
     updated["status"] = "finished"
     if metadata.get("status") != "finished":
         with contextlib.suppress(OSError):
             folder.write_metadata(updated)
-    say(f"Nothing to run: every rollout of {folder.path} is done ({len(records)} of {expected}).")
+    say(f"Nothing to run: every rollout of {folder.path} is done ({tally.count} of {expected}).")
     print(format_summary(updated), flush=True)
     return _exit_status(updated)
 
@@ -282,30 +285,28 @@ def _exit_status(metadata: Mapping[str, Any]) -> int:
 
 async def _execute(
     evaluation: Evaluation,
-    pending: list[Any],
-    previous: list[dict[str, Any]],
+    done: DoneRollouts | None,
+    tally: RunTally,
     folder: ResultsFolder | None,
     metadata: dict[str, Any],
     wall_start: float,
     interrupt: _Interrupt,
 ) -> int:
+    """Run what is left of the run, each result saved (``-s``) and counted in ``tally`` as it finishes (nothing
+    of a finished rollout is kept here), then print the summary."""
     settings = evaluation.settings
-    records = [slim_record(r) for r in previous]
+    previous = tally.count
     progress = Progress()
     if settings.policy != "replay":
         progress.watch_model(lambda: _model_waits(evaluation))
+    overall = tally.overall
     progress.seed(
-        [
-            float(r["reward"])
-            for r in previous
-            if r.get("reward") is not None and not r.get("error") and not r.get("masked")
-        ],
-        sum(1 for r in previous if r.get("error") or r.get("reward") is None),
-        sum(1 for r in previous if r.get("masked") and not r.get("error")),
+        overall.rewards.count, overall.rewards.sum.total, sum(overall.errors.values()), sum(overall.masked.values())
     )
     session = {"started_at": evaluation.timing.started_at}
     sessions = [*metadata.get("sessions", []), session]
-    metadata = run_metadata(metadata, settings, folder, len(evaluation.expected_pairs), records, sessions)
+    expected = len(evaluation.expected)
+    metadata = run_metadata(metadata, settings, folder, expected, tally, sessions)
     if folder is not None:
         metadata["status"] = "running"
         folder.write_metadata(metadata)
@@ -315,16 +316,16 @@ async def _execute(
     interrupt.attach(main_task)
     failure: str | None = None
     try:
-        if not pending:
-            say(f"All {len(previous)} rollouts are already done; nothing to run.")
+        if previous >= expected:
+            say(f"All {previous} rollouts are already done; nothing to run.")
         else:
             await evaluation.start(progress)
             breaks = TokenBreakWarnings(say) if settings.exact_tokens else None
-            async for result in evaluation.run(pending, progress, done=len(previous)):
+            async for result in evaluation.run(evaluation.tasks.pending(done), progress, done=previous):
                 record = evaluation.record_of(result)
                 if folder is not None:
                     folder.append(record)
-                records.append(slim_record(record))
+                tally.add(record)
                 if breaks is not None:
                     breaks.check(record)
     except asyncio.CancelledError:
@@ -351,7 +352,7 @@ async def _execute(
     )
     if evaluation.judges:
         session["judges"] = evaluation.judges
-    metadata = run_metadata(metadata, settings, folder, len(evaluation.expected_pairs), records, sessions)
+    metadata = run_metadata(metadata, settings, folder, expected, tally, sessions)
     missing = metadata["counts"]["missing"]
     received = interrupt.first_signal
     status = "interrupted" if received else "failed" if failure else "finished" if not missing else "incomplete"
@@ -361,11 +362,11 @@ async def _execute(
 
     if failure is not None:
         say(f"{PROG}: error: {failure}")
-    if records:
+    if tally.count:
         print(format_summary(metadata), flush=True)
     if received:
         hint = f" Resume with: {PROG} eval -R {folder.path}" if folder is not None else " (use -s to be able to resume)"
-        say(f"Interrupted: {len(records)} of {metadata['counts']['expected']} rollouts done.{hint}")
+        say(f"Interrupted: {tally.count} of {metadata['counts']['expected']} rollouts done.{hint}")
         return 128 + received  # when the restored handler lets the process go on
     if failure is not None:
         return EXIT_FAILED

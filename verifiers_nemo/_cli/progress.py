@@ -1,10 +1,10 @@
 """The eval's live progress on stderr: the stack start step, then the rollout bar (plain lines when
-stderr is not a terminal). It is the ``RunObserver`` the evaluation reports to."""
+stderr is not a terminal). It is the ``RunObserver`` the evaluation reports to; it keeps running counts,
+nothing per rollout."""
 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import sys
 import time
@@ -35,22 +35,23 @@ class Progress:
         self.tty = stream.isatty() and _columns(stream) > 0  # a 0-column pty draws no bar
         self._bar: tqdm | None = None
         self._ticker: asyncio.Task[None] | None = None
-        self._rewards: list[float] = []
+        self._scored = 0
+        self._reward_sum = 0.0
         self._errors = 0
         self._masked = 0
+        self._finished = 0
+        """Rollouts finished in this session."""
         self._last_line = 0.0
         self._total = 0
         self._done = 0
         self._started = 0.0
-        self._previous_rewards: list[float] = []
-        self._previous_errors = 0
-        self._previous_masked = 0
         self._model_waits: Callable[[], tuple[int, float]] | None = None
         self._waits = (0, 0.0)
 
-    def seed(self, rewards: list[float], errors: int, masked: int = 0) -> None:
-        """Include a resumed run's earlier rollouts in the running mean and error count."""
-        self._previous_rewards, self._previous_errors, self._previous_masked = rewards, errors, masked
+    def seed(self, scored: int, reward_sum: float, errors: int, masked: int = 0) -> None:
+        """Include a resumed run's earlier rollouts in the running mean (``scored`` rewards summing to
+        ``reward_sum``) and the error and masked counts."""
+        self._scored, self._reward_sum, self._errors, self._masked = scored, reward_sum, errors, masked
 
     def watch_model(self, model_waits: Callable[[], tuple[int, float]]) -> None:
         """While rollouts run, show how many policy calls wait on the model and for how long (so a slow
@@ -113,12 +114,10 @@ class Progress:
             self._bar.set_postfix_str(self._postfix())
 
     def _postfix(self) -> str:
-        rewards = self._previous_rewards + self._rewards
-        mean = math.fsum(rewards) / len(rewards) if rewards else None
-        masked = self._previous_masked + self._masked
-        text = f"reward={fmt(mean)} errors={self._previous_errors + self._errors}"
-        if masked:
-            text += f" masked={masked}"
+        mean = self._reward_sum / self._scored if self._scored else None
+        text = f"reward={fmt(mean)} errors={self._errors}"
+        if self._masked:
+            text += f" masked={self._masked}"
         waiting, oldest = self._waits
         if waiting:
             text += f" · {waiting} waiting on the model (oldest {oldest:.0f}s)"
@@ -126,10 +125,12 @@ class Progress:
 
     def rollout_finished(self, result: RolloutResult) -> None:
         self._done += 1
+        self._finished += 1
         if result.error is None and result.masked:
             self._masked += 1
         elif result.error is None and result.reward is not None:
-            self._rewards.append(result.reward)
+            self._scored += 1
+            self._reward_sum += result.reward
         else:
             self._errors += 1
         if self._bar is not None:
@@ -139,7 +140,7 @@ class Progress:
             now = time.monotonic()
             if now - self._last_line >= 5 or self._done == self._total:
                 self._last_line = now
-                rate = (len(self._rewards) + self._errors + self._masked) / max(now - self._started, 1e-9)
+                rate = self._finished / max(now - self._started, 1e-9)
                 say(f"rollouts {self._done}/{self._total} · {rate:.2f}/s · {self._postfix()}")
 
     def _close_bar(self) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .stats import replay_agreement, summarize, timing_summary
-from .token_ids import record_token_ids, summarize_token_ids
+from .stats import timing_summary
+from .tally import RunTally
+from .token_ids import record_token_ids
 
 if TYPE_CHECKING:
     from .results import ResultsFolder
@@ -43,36 +44,23 @@ def run_metadata(
     settings: EvalSettings,
     folder: ResultsFolder | None,
     expected: int,
-    records: list[dict[str, Any]],
+    records: RunTally | Iterable[Mapping[str, Any]],
     sessions: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The ``metadata.json`` of a run: ``base`` (what was saved) updated with these records and sessions."""
-    from .._replay import unreproducible_reason
-
+    """The ``metadata.json`` of a run: ``base`` (what was saved) updated with these records (a ``RunTally`` of
+    them, or the records) and sessions."""
+    tally = records if isinstance(records, RunTally) else RunTally.of(records, settings)
     now = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    summary = summarize(
-        records, rollouts_per_example=settings.rollouts_per_example, pass_threshold=settings.pass_threshold
-    )
+    summary = tally.summary()
     current = sessions[-1] if sessions else {}
     summary["timing"] = timing_summary(sessions, current.get("wall_s") or 0.0)
-    agreement = replay_agreement(records, known=lambda index: unreproducible_reason(*settings.origin(index)))
-    if agreement is not None:
-        summary["replay"] = agreement
-    if len(settings.env_names) > 1:
-        summary["by_env"] = {
-            name: summarize(
-                [r for r in records if r.get("env") == name],
-                rollouts_per_example=settings.rollouts_per_example,
-                pass_threshold=settings.pass_threshold,
-            )
-            for name in settings.env_names
-        }
     judges = _judges_over(sessions)
     if judges:
         summary["judges"] = judges
-    token_ids = summarize_token_ids(records, exact_tokens=settings.exact_tokens)
-    if token_ids is not None:
-        summary["token_ids"] = token_ids
+    order = ("rollouts", "reward", "reward_by_rollout_index", "pass_threshold", "pass_at_k", "pass_power_k")
+    order += ("pass_k_examples", "metrics", "errors_by_type", "error_examples", "masked_by_kind", "masked_examples")
+    order += ("usage", "latency", "timing", "replay", "by_env", "judges", "token_ids")
+    summary = {key: summary[key] for key in order if key in summary}
     return {
         "run_id": folder.run_id if folder else None,
         "path": str(folder.path) if folder else None,
@@ -83,7 +71,7 @@ def run_metadata(
         "updated_at": now,
         "versions": base.get("versions") or versions((settings.env_args or {}).get("gym_python")),
         "settings": settings.to_dict(),
-        "counts": {"expected": expected, "done": len(records), "missing": max(0, expected - len(records))},
+        "counts": {"expected": expected, "done": tally.count, "missing": max(0, expected - tally.count)},
         "sessions": sessions,
         "summary": summary,
     }

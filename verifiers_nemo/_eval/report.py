@@ -117,10 +117,11 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
                 f"recorded {m['recorded_reward']}")  # fmt: skip
         known = replay.get("known_unreproducible") or []
         if known:
-            tasks = sorted({k["task_index"] for k in known})
+            tasks = replay.get("known_unreproducible_tasks") or sorted({k["task_index"] for k in known})
+            count = replay.get("known_unreproducible_count") or len(known)
             row(
                 "",
-                f"left out: {plural(len(known), 'rollout')} of {'task' if len(tasks) == 1 else 'tasks'} "
+                f"left out: {plural(count, 'rollout')} of {'task' if len(tasks) == 1 else 'tasks'} "
                 f"{', '.join(map(str, tasks))}, whose recording is known not to reproduce ({known[0]['reason']})",
             )
     if metadata.get("path"):

@@ -1,5 +1,6 @@
-"""The results folder of a saved run (``results.jsonl`` + ``metadata.json``) and the resume
-bookkeeping over its records: reading a possibly cut-off file, deduplicating, what is missing."""
+"""The results folder of a saved run (``results.jsonl`` + ``metadata.json``) and the resume bookkeeping over
+its records: reading a possibly cut-off file one line at a time, which expected pairs are done (a bit each),
+duplicates and strays counted."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,73 +41,181 @@ def new_run_id() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def missing_pairs(expected: Iterable[Pair], records: Iterable[Mapping[str, Any]]) -> list[Pair]:
-    """The expected (task_index, rollout_index) pairs no record covers, in expected order."""
-    done = {(int(r["task_index"]), int(r["rollout_index"])) for r in records}
-    return [pair for pair in expected if pair not in done]
+class ExpectedRollouts:
+    """The (task_index, rollout_index) pairs a run expects, numbered ``0..len-1`` without listing them.
+
+    ``rows[i]`` is how many rows environment ``i`` has; with ``stride`` (a mix) its task indices start at
+    ``i * stride``. Each row has ``rollouts_per_example`` rollouts, numbered from 0."""
+
+    def __init__(self, rows: Sequence[int], rollouts_per_example: int, stride: int | None = None) -> None:
+        if len(rows) > 1 and stride is None:
+            raise ValueError("several environments need a stride")
+        self.rows = list(rows)
+        self.rollouts_per_example = rollouts_per_example
+        self.stride = stride
+        self._starts = [0]
+        for count in self.rows:
+            self._starts.append(self._starts[-1] + count * rollouts_per_example)
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def slot(self, task_index: int, rollout_index: int) -> int | None:
+        """The pair's number, or None when the run does not expect it."""
+        env, row = (task_index // self.stride, task_index % self.stride) if self.stride else (0, task_index)
+        if not (
+            0 <= env < len(self.rows) and 0 <= row < self.rows[env] and 0 <= rollout_index < self.rollouts_per_example
+        ):
+            return None
+        return self._starts[env] + row * self.rollouts_per_example + rollout_index
+
+    def __iter__(self) -> Iterator[Pair]:
+        for env, count in enumerate(self.rows):
+            base = env * self.stride if self.stride else 0
+            for row in range(count):
+                for rollout in range(self.rollouts_per_example):
+                    yield base + row, rollout
 
 
-def dedupe_records(
-    records: Iterable[Mapping[str, Any]], expected: set[Pair] | None = None
-) -> tuple[list[dict[str, Any]], int, int]:
-    """Records keeping the first of each pair and (when given) only expected pairs.
+class DoneRollouts:
+    """Which expected pairs have a record: one bit a pair (a run of a million rollouts: 125 KB)."""
 
-    Returns ``(kept, duplicates, unexpected)``.
-    """
-    seen: set[Pair] = set()
-    kept, duplicates, unexpected = [], 0, 0
-    for record in records:
-        pair = (int(record["task_index"]), int(record["rollout_index"]))
-        if expected is not None and pair not in expected:
-            unexpected += 1
-        elif pair in seen:
-            duplicates += 1
-        else:
-            seen.add(pair)
-            kept.append(dict(record))
-    return kept, duplicates, unexpected
+    def __init__(self, expected: ExpectedRollouts) -> None:
+        self.expected = expected
+        self._bits = bytearray((len(expected) + 7) // 8)
+        self.count = 0
+        self.duplicates = 0
+        self.unexpected = 0
+
+    def add(self, record: Mapping[str, Any]) -> bool:
+        """Mark the record's pair done; False (and counted) when the run does not expect it or it is done."""
+        slot = self.expected.slot(int(record["task_index"]), int(record["rollout_index"]))
+        if slot is None:
+            self.unexpected += 1
+            return False
+        byte, bit = divmod(slot, 8)
+        if self._bits[byte] >> bit & 1:
+            self.duplicates += 1
+            return False
+        self._bits[byte] |= 1 << bit
+        self.count += 1
+        return True
+
+    def __contains__(self, pair: Pair) -> bool:
+        slot = self.expected.slot(*pair)
+        return slot is not None and bool(self._bits[slot // 8] >> (slot % 8) & 1)
+
+    @property
+    def complete(self) -> bool:
+        return self.count == len(self.expected)
 
 
-def read_results(path: Path, *, repair: bool = False) -> tuple[list[dict[str, Any]], bool]:
-    """Records of a ``results.jsonl``; returns ``(records, truncated_tail)``.
+class SavedResults:
+    """The records of a ``results.jsonl``, read one line at a time (the file is never held whole).
 
-    A last line cut short (the run was killed mid-write) is tolerated, and with ``repair`` cut off
-    the file so new lines append cleanly. A bad line anywhere else is an error naming file:line.
-    """
-    if not path.exists():
-        return [], False
-    lines = path.read_bytes().split(b"\n")
-    records: list[dict[str, Any]] = []
-    good_end = 0  # byte offset just past the last good line
-    truncated = False
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict) or "task_index" not in record or "rollout_index" not in record:
-                    raise ValueError("not a rollout record (no task_index/rollout_index)")
-            except ValueError as exc:
-                if any(rest.strip() for rest in lines[number:]):
-                    raise ConfigurationError(
-                        f"{path}:{number} is not a valid result line ({exc}). Delete that line (its rollout "
-                        "then runs again when the run is resumed) or fix it, then resume."
-                    ) from None
-                truncated = True
-                break
-            records.append(record)
-        good_end += len(line) + 1
-    if repair:
-        with open(path, "r+b") as f:
+    A last line cut short (the run was killed mid-write) is tolerated: after reading, ``truncated`` says so
+    and ``repair()`` cuts it off (and ends the file with a newline) so new lines append cleanly. A bad line
+    anywhere else is an error naming file:line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.truncated = False
+        self._good_end = 0
+        """Byte offset just past the last good line."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.truncated, self._good_end = False, 0
+        if not self.path.exists():
+            return
+        bad: tuple[int, str] | None = None
+        with open(self.path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if bad is not None:
+                    if line.strip():
+                        raise ConfigurationError(
+                            f"{self.path}:{bad[0]} is not a valid result line ({bad[1]}). Delete that line (its "
+                            "rollout then runs again when the run is resumed) or fix it, then resume."
+                        )
+                    continue
+                if line.strip():
+                    try:
+                        record = json.loads(line)
+                        if not isinstance(record, dict) or "task_index" not in record or "rollout_index" not in record:
+                            raise ValueError("not a rollout record (no task_index/rollout_index)")
+                    except ValueError as exc:
+                        bad = (number, str(exc))
+                        continue
+                    yield record
+                self._good_end += len(line)
+        self.truncated = bad is not None
+
+    def repair(self) -> None:
+        """Cut off a truncated last line (read first) and end the file with a newline."""
+        if not self.path.exists():
+            return
+        with open(self.path, "r+b") as f:
             size = f.seek(0, os.SEEK_END)
-            if truncated:
-                logger.warning("%s: dropping a truncated last line (the run was cut off writing it)", path)
-                f.truncate(good_end)
-                size = good_end
+            if self.truncated:
+                logger.warning("%s: dropping a truncated last line (the run was cut off writing it)", self.path)
+                f.truncate(self._good_end)
+                size = self._good_end
             if size:
                 f.seek(size - 1)
                 if f.read(1) != b"\n":
                     f.write(b"\n")
-    return records, truncated
+
+
+def read_results(path: Path, *, repair: bool = False) -> tuple[list[dict[str, Any]], bool]:
+    """Records of a ``results.jsonl`` as a list; returns ``(records, truncated_tail)`` (see ``SavedResults``;
+    with ``repair`` a cut-off last line is cut off the file)."""
+    saved = SavedResults(path)
+    records = list(saved)
+    if repair:
+        saved.repair()
+    return records, saved.truncated
+
+
+@dataclass
+class ResumeState:
+    """What a run folder's ``results.jsonl`` holds of the run: which pairs are done (the first record of each
+    expected pair counts), and whether its last line was cut off."""
+
+    done: DoneRollouts
+    saved: SavedResults
+    stamp: tuple[int, int, int] | None
+    """The file's (inode, size, mtime) while it was read (None: it changed during the read, or is missing)."""
+
+    @property
+    def truncated(self) -> bool:
+        return self.saved.truncated
+
+    def unchanged(self) -> bool:
+        """Whether the file is still as it was read (so what was read holds)."""
+        return self.stamp is not None and self.stamp == _stamp(self.saved.path)
+
+    def repair(self) -> None:
+        """Cut off a cut-off last line so new lines append cleanly (``SavedResults.repair``)."""
+        self.saved.repair()
+
+
+def read_resume_state(path: Path, expected: ExpectedRollouts, keep: Callable[[dict[str, Any]], None]) -> ResumeState:
+    """Stream the saved records of a run, handing ``keep`` the first record of each expected pair."""
+    before = _stamp(path)
+    saved = SavedResults(path)
+    done = DoneRollouts(expected)
+    for record in saved:
+        if done.add(record):
+            keep(record)
+    after = _stamp(path)
+    return ResumeState(done, saved, after if after == before else None)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_ino, info.st_size, info.st_mtime_ns
 
 
 class ResultsFolder:

@@ -4,15 +4,15 @@ and their results yielded. Progress goes to a small observer interface; the cons
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._exceptions import ConfigurationError
-from .results import Pair
+from .results import ExpectedRollouts
 from .settings import MIX_STRIDE, EvalSettings, check_env_args
+from .tasks import EnvRows, RunTasks
 
 if TYPE_CHECKING:
     from .._endpoint import Endpoint
@@ -62,7 +62,8 @@ class Evaluation:
         self.env: NeMoGymEnv | None = None
         """The (first) environment."""
         self.envs: list[NeMoGymEnv] = []
-        self.tasks: list[Task] = []
+        self.tasks = RunTasks([], settings.rollouts_per_example)
+        """The run's tasks (made as they are taken; ``load()`` fills it)."""
         self._replay: ReplayServer | None = None
         self.pool: NeMoGymPool | None = None
         """With ``settings.ray``: the Ray actors that run the rollouts (``env.harness`` only checks then)."""
@@ -72,7 +73,7 @@ class Evaluation:
         self.judges: dict[str, dict[str, Any]] = {}
         """Judge name → where its calls went, how many, failed, tokens (this session)."""
 
-    def load(self) -> list[Task]:
+    def load(self) -> RunTasks:
         """Build the environments' tasksets and harnesses (raises ConfigurationError on bad input).
 
         A mix of environments (or ``--ray``) runs on a ``NeMoGymPool``: one stack per environment here, or
@@ -96,17 +97,19 @@ class Evaluation:
         self.env = self.envs[0]
         if s.ray is not None or len(names) > 1:
             self.pool = self._make_pool(args, judge)
-        self.tasks = []
-        for position, env in enumerate(self.envs):
-            own = list(env.taskset)  # the replay policy's: recordings, runnable as they are
-            if not own:
-                raise ConfigurationError(f"{env.name}: the dataset has no tasks.")
-            if len(names) > 1:
-                own = [dataclasses.replace(t, task_index=position * MIX_STRIDE + t.task_index) for t in own]
-            self.tasks.extend(own)
+        self.tasks = RunTasks([self._rows_of(env) for env in self.envs], s.rollouts_per_example, MIX_STRIDE)
         if s.policy == "replay":
-            self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks}
+            self.recorded_rewards = {t.task_index: t.recorded_reward for t in self.tasks.firsts()}
         return self.tasks
+
+    def _rows_of(self, env: NeMoGymEnv) -> EnvRows:
+        """An environment's rows, each the task of its first rollout, read from its taskset when a rollout of it
+        runs (for the replay policy the taskset's recordings, runnable as they are)."""
+        taskset = env.taskset
+        r = taskset.rollouts_per_task
+        if not taskset.num_rows:
+            raise ConfigurationError(f"{env.name}: the dataset has no tasks.")
+        return EnvRows(env.name, taskset.num_rows, lambda row: taskset[row * r])
 
     def _load_env(self, name: str, args: dict[str, Any], judge: dict[str, Endpoint] | None) -> NeMoGymEnv:
         from .._factory import load_environment
@@ -188,16 +191,14 @@ class Evaluation:
         if self.settings.policy == "replay" and self.pool is not None:
             # Each worker of the pool replays its environment's tasks (and their judge calls) on a server
             # of its own; the environments' harnesses, never started then, get that address only to check.
-            self.pool.use_replay(self.tasks)
+            self.pool.use_replay(self.tasks.firsts())
         external: list[str] = []
         for env in self.envs:
             if self.settings.policy == "replay" and not env.harness.judges:
                 from .._judge import ANY_JUDGE
 
-                if self.pool is not None:
-                    judge = self._replay_placeholder()
-                else:
-                    judge = self._replay_server(self.tasks).judge_endpoint()
+                pooled = self.pool is not None
+                judge = self._replay_placeholder() if pooled else self._replay_server().judge_endpoint()
                 env.harness.set_judge({ANY_JUDGE: judge})
             external.extend(env.harness.check())
         return tuple(external)
@@ -209,23 +210,25 @@ class Evaluation:
 
         return Endpoint(base_url="http://127.0.0.1:9/v1", model=REPLAY_MODEL, name="replay (on each Ray actor)")
 
-    def _replay_server(self, tasks: Sequence[Task]) -> ReplayServer:
+    def _replay_server(self) -> ReplayServer:
+        """The replay server of every recording of the run (one per row)."""
         if self._replay is None:
             from .._replay import ReplayServer
 
-            self._replay = ReplayServer.from_tasks(list(tasks)).start()
+            self._replay = ReplayServer.from_tasks(list(self.tasks.firsts())).start()
         return self._replay
 
     @property
-    def expected_pairs(self) -> list[Pair]:
-        return [(t.task_index, t.rollout_index) for t in self.tasks]
+    def expected(self) -> ExpectedRollouts:
+        """The (task_index, rollout_index) pairs of the run (numbered, not listed)."""
+        return self.tasks.expected
 
-    def _endpoints(self, pending: Sequence[Task]) -> Endpoint | list[Endpoint] | Callable[[Task], Endpoint] | None:
+    def _endpoints(self) -> Endpoint | list[Endpoint] | Callable[[Task], Endpoint] | None:
         from .._endpoint import Endpoint
 
         s = self.settings
         if s.policy == "replay":
-            return None if self.pool is not None else self._replay_server(pending).endpoint_for
+            return None if self.pool is not None else self._replay_server().endpoint_for
         assert s.base_url is not None
         replicas = [
             Endpoint(
@@ -251,14 +254,13 @@ class Evaluation:
         observer.stack_ready(self.timing.stack_start_s)
 
     async def run(
-        self, pending: Sequence[Task], observer: RunObserver, *, done: int = 0
+        self, pending: Iterable[Task], observer: RunObserver, *, done: int = 0
     ) -> AsyncIterator[RolloutResult]:
-        """Run ``pending`` tasks; yield each result as it finishes."""
+        """Run ``pending`` tasks (taken one at a time as slots free up; ``done``: how many of the run's rollouts
+        were done before); yield each result as it finishes."""
         assert self.env is not None, "load() first"
-        if not pending:
-            return
-        endpoints = self._endpoints(pending)
-        observer.rollouts_starting(done + len(pending), done)
+        endpoints = self._endpoints()
+        observer.rollouts_starting(len(self.tasks), done)
         started = time.monotonic()
         try:
             stream = self.harness.run(
@@ -272,6 +274,7 @@ class Evaluation:
                 async for result in stream:
                     self.timing.rollouts += 1
                     self.timing.rollouts_s = time.monotonic() - started
+                    self._count_judge_calls()  # counted as they come: none is held for the end
                     observer.rollout_finished(result)
                     yield result
         finally:

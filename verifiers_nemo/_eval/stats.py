@@ -1,13 +1,16 @@
-"""Eval statistics: pure functions of result records (the dicts written to ``results.jsonl``), so a
-resumed run summarises old and new rollouts alike."""
+"""Eval statistics of result records (the dicts written to ``results.jsonl``), so a resumed run summarises
+old and new rollouts alike: streamed (``SummaryTally``, ``ReplayTally``: a record at a time, in space that does
+not grow with the records) or over a list (``summarize``, ``replay_agreement``: the same figures)."""
 
 from __future__ import annotations
 
+import heapq
 import math
-import statistics
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from .exact import ExactSum, ExactSums, Spread
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -41,8 +44,138 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _mean(values: Sequence[float]) -> float | None:
-    return math.fsum(values) / len(values) if values else None
+class SummaryTally:
+    """The summary of result records (``results.jsonl`` lines), taken one record at a time.
+
+    It holds a few counters and exact sums (``exact.py``), a mean per rollout index, and per task still open
+    its counts of records, scored and correct rollouts. With ``complete_at`` (the run's rollouts per example,
+    for records known to hold each (task, rollout) pair once) a task whose records reach that count is folded
+    into the pass@k sums and dropped, so what it holds does not grow with the records; without it every task
+    stays open (any records). Either way ``summary()`` is the one ``summarize`` gives over the list.
+    """
+
+    def __init__(self, *, rollouts_per_example: int, pass_threshold: float = 0.5, complete_at: int | None = None):
+        self.rollouts_per_example = rollouts_per_example
+        self.pass_threshold = pass_threshold
+        self.complete_at = complete_at
+        self.total = 0
+        self.rewards = Spread()
+        self._by_index = ExactSums()
+        self._open: dict[int, list[int]] = {}
+        """Task index → [records, scored, correct] of a task not folded yet."""
+        self._folded = 0
+        self._ks = powers_of_two_up_to(rollouts_per_example)
+        self._pass_at = {k: ExactSum() for k in self._ks}
+        self._pass_power = {k: ExactSum() for k in self._ks}
+        self._metrics: dict[str, ExactSum] = {}
+        self.errors: Counter[str] = Counter()
+        self._error_examples: dict[str, str] = {}
+        self.masked: Counter[str] = Counter()
+        self._masked_examples: dict[str, str] = {}
+        self._usage: Counter[str] = Counter()
+        self._latency = ExactSum()
+        self._max_latency: float | None = None
+
+    @property
+    def open_tasks(self) -> int:
+        """Tasks whose counts are still held (not folded)."""
+        return len(self._open)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        """Count one record. Errored rollouts (``error`` set, ``reward`` None) are counted by type and left out
+        of every reward statistic; so are masked ones (Gym's ``mask_sample``), counted by ``failure_kind``."""
+        self.total += 1
+        task_index = int(record["task_index"])
+        task = self._open.get(task_index)
+        if task is None:
+            task = self._open[task_index] = [0, 0, 0]
+        task[0] += 1
+        for key, value in (record.get("usage") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self._usage[key] += value
+        latency = (record.get("timing") or {}).get("rollout_s")
+        if isinstance(latency, int | float):
+            self._latency.add(float(latency))
+            if self._max_latency is None or float(latency) > self._max_latency:
+                self._max_latency = float(latency)
+        self._score(record, task)
+        if self.complete_at is not None and task[0] >= self.complete_at:
+            self._fold(task)
+            del self._open[task_index]
+
+    def _score(self, record: Mapping[str, Any], task: list[int]) -> None:
+        error = record.get("error")
+        reward = record.get("reward")
+        if error or reward is None:
+            kind = str(error.get("type", "error")) if isinstance(error, dict) else "error"
+            self.errors[kind] += 1
+            if kind not in self._error_examples:
+                message = error.get("message") if isinstance(error, dict) else error
+                self._error_examples[kind] = _clip(str(message or "the rollout has no reward"), 200)
+            return
+        if record.get("masked"):
+            kind = str(record.get("failure_kind") or "unspecified")
+            self.masked[kind] += 1
+            if kind not in self._masked_examples and record.get("failure_reason"):
+                self._masked_examples[kind] = _clip(str(record["failure_reason"]), 200)
+            return
+        reward = float(reward)
+        self.rewards.add(reward)
+        self._by_index.add(int(record["rollout_index"]), reward)
+        task[1] += 1
+        task[2] += reward >= self.pass_threshold
+        for name, value in (record.get("metrics") or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                self._metrics.setdefault(name, ExactSum()).add(float(value))
+
+    def _fold(self, task: list[int], into: tuple[dict[int, ExactSum], dict[int, ExactSum]] | None = None) -> None:
+        pass_at, pass_power = into or (self._pass_at, self._pass_power)
+        self._folded += into is None
+        _, n, c = task
+        for k in self._ks:
+            if n >= k:
+                pass_at[k].add(pass_at_k(n, c, k))
+                pass_power[k].add(pass_power_k(n, c, k))
+
+    def summary(self) -> dict[str, Any]:
+        """The summary of the records added so far (the shape ``summarize`` documents)."""
+        pass_at_sums = {k: s.copy() for k, s in self._pass_at.items()}
+        pass_power_sums = {k: s.copy() for k, s in self._pass_power.items()}
+        for task in self._open.values():
+            self._fold(task, (pass_at_sums, pass_power_sums))
+        pass_at: dict[str, float] = {}
+        pass_power: dict[str, float] = {}
+        pass_examples: dict[str, int] = {}
+        for k in self._ks:
+            if pass_at_sums[k].count:
+                pass_at[str(k)] = pass_at_sums[k].mean()  # type: ignore[assignment]
+                pass_power[str(k)] = pass_power_sums[k].mean()  # type: ignore[assignment]
+                pass_examples[str(k)] = pass_at_sums[k].count
+        rewards = self.rewards
+        return {
+            "rollouts": {
+                "total": self.total,
+                "scored": rewards.count,
+                "errored": sum(self.errors.values()),
+                "masked": sum(self.masked.values()),
+                "examples": self._folded + len(self._open),
+            },
+            "reward": {"avg": rewards.sum.mean(), "std": rewards.pstdev(), "min": rewards.min, "max": rewards.max},
+            "reward_by_rollout_index": [
+                self._by_index.mean(i) for i in range(max(self.rollouts_per_example, len(self._by_index)))
+            ],
+            "pass_threshold": self.pass_threshold,
+            "pass_at_k": pass_at,
+            "pass_power_k": pass_power,
+            "pass_k_examples": pass_examples,
+            "metrics": {name: total.mean() for name, total in sorted(self._metrics.items())},
+            "errors_by_type": dict(self.errors.most_common()),
+            "error_examples": {kind: self._error_examples[kind] for kind in self.errors},
+            "masked_by_kind": dict(self.masked.most_common()),
+            "masked_examples": dict(self._masked_examples),
+            "usage": dict(sorted(self._usage.items())),
+            "latency": {"mean_rollout_s": self._latency.mean(), "max_rollout_s": self._max_latency},
+        }
 
 
 def summarize(
@@ -51,7 +184,7 @@ def summarize(
     rollouts_per_example: int,
     pass_threshold: float = 0.5,
 ) -> dict[str, Any]:
-    """Summary statistics of result records (``results.jsonl`` lines).
+    """Summary statistics of result records (``results.jsonl`` lines); see ``SummaryTally``.
 
     Errored rollouts (``error`` set, ``reward`` None) are left out of every reward statistic and
     counted by type; so are masked ones (Gym's ``mask_sample``: no valid measurement), counted by
@@ -59,93 +192,97 @@ def summarize(
     unbiased estimators per example over its scored rollouts, correct meaning reward >= threshold,
     averaged over the examples that have at least k scored rollouts.
     """
-    records = list(records)
-    rewards: list[float] = []
-    by_index: dict[int, list[float]] = defaultdict(list)
-    by_task: dict[int, list[float]] = defaultdict(list)
-    metric_values: dict[str, list[float]] = defaultdict(list)
-    errors: Counter[str] = Counter()
-    error_examples: dict[str, str] = {}
-    masked: Counter[str] = Counter()
-    masked_examples: dict[str, str] = {}
-    usage: Counter[str] = Counter()
-    latencies: list[float] = []
-    tasks: set[int] = set()
+    tally = SummaryTally(rollouts_per_example=rollouts_per_example, pass_threshold=pass_threshold)
     for record in records:
-        task_index = int(record["task_index"])
-        tasks.add(task_index)
-        for key, value in (record.get("usage") or {}).items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                usage[key] += value
-        latency = (record.get("timing") or {}).get("rollout_s")
-        if isinstance(latency, int | float):
-            latencies.append(float(latency))
-        error = record.get("error")
-        reward = record.get("reward")
-        if error or reward is None:
-            kind = str(error.get("type", "error")) if isinstance(error, dict) else "error"
-            errors[kind] += 1
-            if kind not in error_examples:
-                message = error.get("message") if isinstance(error, dict) else error
-                error_examples[kind] = _clip(str(message or "the rollout has no reward"), 200)
-            continue
-        if record.get("masked"):
-            kind = str(record.get("failure_kind") or "unspecified")
-            masked[kind] += 1
-            if kind not in masked_examples and record.get("failure_reason"):
-                masked_examples[kind] = _clip(str(record["failure_reason"]), 200)
-            continue
-        reward = float(reward)
-        rewards.append(reward)
-        by_index[int(record["rollout_index"])].append(reward)
-        by_task[task_index].append(reward)
-        for name, value in (record.get("metrics") or {}).items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                metric_values[name].append(float(value))
+        tally.add(record)
+    return tally.summary()
 
-    pass_at: dict[str, float] = {}
-    pass_power: dict[str, float] = {}
-    pass_examples: dict[str, int] = {}
-    for k in powers_of_two_up_to(rollouts_per_example):
-        eligible = [(len(v), sum(r >= pass_threshold for r in v)) for v in by_task.values() if len(v) >= k]
-        if not eligible:
-            continue
-        pass_at[str(k)] = _mean([pass_at_k(n, c, k) for n, c in eligible])  # type: ignore[assignment]
-        pass_power[str(k)] = _mean([pass_power_k(n, c, k) for n, c in eligible])  # type: ignore[assignment]
-        pass_examples[str(k)] = len(eligible)
 
-    return {
-        "rollouts": {
-            "total": len(records),
-            "scored": len(rewards),
-            "errored": sum(errors.values()),
-            "masked": sum(masked.values()),
-            "examples": len(tasks),
-        },
-        "reward": {
-            "avg": _mean(rewards),
-            "std": statistics.pstdev(rewards) if rewards else None,
-            "min": min(rewards) if rewards else None,
-            "max": max(rewards) if rewards else None,
-        },
-        "reward_by_rollout_index": [
-            _mean(by_index.get(i, [])) for i in range(max([rollouts_per_example, *(k + 1 for k in by_index)]))
-        ],
-        "pass_threshold": pass_threshold,
-        "pass_at_k": pass_at,
-        "pass_power_k": pass_power,
-        "pass_k_examples": pass_examples,
-        "metrics": {name: _mean(values) for name, values in sorted(metric_values.items())},
-        "errors_by_type": dict(errors.most_common()),
-        "error_examples": {kind: error_examples[kind] for kind in errors},
-        "masked_by_kind": dict(masked.most_common()),
-        "masked_examples": masked_examples,
-        "usage": dict(sorted(usage.items())),
-        "latency": {
-            "mean_rollout_s": _mean(latencies),
-            "max_rollout_s": max(latencies) if latencies else None,
-        },
-    }
+KEPT_ROWS = 20
+"""Mismatches (the first ones) and rollouts left out as known not to reproduce (the lowest) a verdict lists."""
+KEPT_TASKS = 100
+"""Tasks (the lowest) a verdict names as left out when it lists only some of their rollouts."""
+
+
+class ReplayTally:
+    """How many replayed rollouts reproduced their recorded reward, one record at a time (``replay_agreement``).
+
+    It keeps counts, the first ``KEPT_ROWS`` mismatches, the ``KEPT_ROWS`` lowest rollouts left out as known
+    not to reproduce and the ``KEPT_TASKS`` lowest tasks they belong to."""
+
+    def __init__(self, tolerance: float = 1e-6, known: Callable[[int], str | None] | None = None) -> None:
+        self.tolerance = tolerance
+        self.known = known
+        self.compared = 0
+        self.mismatched = 0
+        self.masked = 0
+        self._mismatches: list[dict[str, Any]] = []
+        self._known_count = 0
+        self._known_rows: list[tuple[int, int, str]] = []
+        """A max-heap (negated keys) of the lowest (task, rollout) pairs left out, with their reasons."""
+        self._known_tasks: set[int] = set()
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        if "recorded_reward" not in record:
+            return
+        if record.get("masked") and not record.get("error"):
+            self.masked += 1
+            return
+        reason = self.known(int(record["task_index"])) if self.known is not None else None
+        if reason:
+            self._leave_out(record, reason)
+            return
+        self.compared += 1
+        reward, recorded = record.get("reward"), record.get("recorded_reward")
+        try:
+            same = reward is not None and abs(float(reward) - float(recorded)) <= self.tolerance  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            self.mismatched += 1
+            if len(self._mismatches) < KEPT_ROWS:
+                self._mismatches.append(
+                    {
+                        "task_index": record["task_index"],
+                        "rollout_index": record["rollout_index"],
+                        "reward": reward,
+                        "recorded_reward": recorded,
+                    }
+                )
+
+    def _leave_out(self, record: Mapping[str, Any], reason: str) -> None:
+        self._known_count += 1
+        task, rollout = int(record["task_index"]), int(record["rollout_index"])
+        if task not in self._known_tasks:
+            self._known_tasks.add(task)
+            if len(self._known_tasks) > KEPT_TASKS:
+                self._known_tasks.remove(max(self._known_tasks))
+        entry = (-task, -rollout, reason)
+        if len(self._known_rows) < KEPT_ROWS:
+            heapq.heappush(self._known_rows, entry)
+        elif entry > self._known_rows[0]:
+            heapq.heapreplace(self._known_rows, entry)
+
+    def result(self) -> dict[str, Any] | None:
+        """The verdict (None when no replayed rollout was seen)."""
+        if not self.compared and not self._known_count and not self.masked:
+            return None
+        agreement: dict[str, Any] = {
+            "compared": self.compared,
+            "reproduced": self.compared - self.mismatched,
+            "mismatches": list(self._mismatches),
+        }
+        if self.masked:
+            agreement["masked"] = self.masked
+        if self._known_count:
+            rows = sorted((-task, -rollout, reason) for task, rollout, reason in self._known_rows)
+            agreement["known_unreproducible"] = [
+                {"task_index": task, "rollout_index": rollout, "reason": reason} for task, rollout, reason in rows
+            ]
+            if self._known_count > len(rows):  # the list is cut short: the whole count and every task
+                agreement["known_unreproducible_count"] = self._known_count
+                agreement["known_unreproducible_tasks"] = sorted(self._known_tasks)
+        return agreement
 
 
 def replay_agreement(
@@ -159,46 +296,10 @@ def replay_agreement(
     (``known(task_index)`` gives why) are left out of the comparison and listed under ``known``; so are
     masked ones (Gym's reward is no valid measurement: nothing to compare), counted under ``masked``.
     """
-    compared, mismatches, known_rows, masked = 0, [], [], 0
+    tally = ReplayTally(tolerance, known)
     for record in records:
-        if "recorded_reward" not in record:
-            continue
-        if record.get("masked") and not record.get("error"):
-            masked += 1
-            continue
-        reason = known(int(record["task_index"])) if known is not None else None
-        if reason:
-            known_rows.append(
-                {"task_index": record["task_index"], "rollout_index": record["rollout_index"], "reason": reason}
-            )
-            continue
-        compared += 1
-        reward, recorded = record.get("reward"), record.get("recorded_reward")
-        try:
-            same = reward is not None and abs(float(reward) - float(recorded)) <= tolerance  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            same = False
-        if not same:
-            mismatches.append(
-                {
-                    "task_index": record["task_index"],
-                    "rollout_index": record["rollout_index"],
-                    "reward": reward,
-                    "recorded_reward": recorded,
-                }
-            )
-    if not compared and not known_rows and not masked:
-        return None
-    agreement: dict[str, Any] = {
-        "compared": compared,
-        "reproduced": compared - len(mismatches),
-        "mismatches": mismatches[:20],
-    }
-    if masked:
-        agreement["masked"] = masked
-    if known_rows:
-        agreement["known_unreproducible"] = sorted(known_rows, key=lambda r: (r["task_index"], r["rollout_index"]))
-    return agreement
+        tally.add(record)
+    return tally.result()
 
 
 def timing_summary(sessions: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Whether recorded token IDs are training-grade: per rollout (``rollout_token_ids``, saved on its result line
-and in verifiers' trace info) and over a run (``summarize_token_ids``, in ``metadata.json``), described in one
-place (``describe_token_ids``) for the console summary, the HTML report and the exact-token warnings.
+and in verifiers' trace info) and over a run (``TokenIdsTally``, a record at a time, or ``summarize_token_ids``;
+in ``metadata.json``), described in one place (``describe_token_ids``) for the console summary, the HTML report
+and the exact-token warnings.
 
 A multi-turn rollout is *contiguous* when each policy call's prompt starts with the previous call's prompt +
 completion (``check_contiguity``): its calls are then one training sample (``training_samples``). Where it is
@@ -67,27 +68,28 @@ def record_token_ids(record: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def summarize_token_ids(
-    records: Iterable[Mapping[str, Any]], *, exact_tokens: bool, fix: str = FIX
-) -> dict[str, Any] | None:
-    """A run's token-ID figures from its records (each with ``task_index``, ``rollout_index`` and a
-    ``token_ids`` record, or a saved trace): rollouts with token IDs, multi-turn ones, contiguous ones, the first
-    breaks and the fix (``fix`` when the run did not ask for exact tokens). None when no rollout recorded token
-    IDs."""
-    rollouts = multi_turn = contiguous = 0
-    breaks: list[dict[str, Any]] = []
-    for record in records:
+class TokenIdsTally:
+    """A run's token-ID figures, one record at a time (``summarize_token_ids``): counts and the first
+    ``KEPT_BREAKS`` breaks."""
+
+    def __init__(self, *, exact_tokens: bool, fix: str = FIX) -> None:
+        self.exact_tokens = exact_tokens
+        self.fix = fix
+        self.rollouts = self.multi_turn = self.contiguous = 0
+        self.breaks: list[dict[str, Any]] = []
+
+    def add(self, record: Mapping[str, Any]) -> None:
         entry = record_token_ids(record)
         if entry is None:
-            continue
-        rollouts += 1
+            return
+        self.rollouts += 1
         if entry["calls"] < 2:
-            continue
-        multi_turn += 1
+            return
+        self.multi_turn += 1
         if entry["contiguous"]:
-            contiguous += 1
-        elif len(breaks) < KEPT_BREAKS:
-            breaks.append(
+            self.contiguous += 1
+        elif len(self.breaks) < KEPT_BREAKS:
+            self.breaks.append(
                 {
                     "task_index": record.get("task_index"),
                     "rollout_index": record.get("rollout_index"),
@@ -95,20 +97,36 @@ def summarize_token_ids(
                     "reason": entry.get("reason"),
                 }
             )
-    if not rollouts:
-        return None
-    summary: dict[str, Any] = {
-        "rollouts": rollouts,
-        "multi_turn": multi_turn,
-        "contiguous": contiguous,
-        "exact_tokens": exact_tokens,
-        "breaks": breaks,
-    }
-    if not exact_tokens:
-        summary["fix"] = fix
-    elif contiguous < multi_turn:
-        summary["fix"] = EXACT_BREAK
-    return summary
+
+    def summary(self) -> dict[str, Any] | None:
+        """The figures (None when no rollout recorded token IDs)."""
+        if not self.rollouts:
+            return None
+        summary: dict[str, Any] = {
+            "rollouts": self.rollouts,
+            "multi_turn": self.multi_turn,
+            "contiguous": self.contiguous,
+            "exact_tokens": self.exact_tokens,
+            "breaks": list(self.breaks),
+        }
+        if not self.exact_tokens:
+            summary["fix"] = self.fix
+        elif self.contiguous < self.multi_turn:
+            summary["fix"] = EXACT_BREAK
+        return summary
+
+
+def summarize_token_ids(
+    records: Iterable[Mapping[str, Any]], *, exact_tokens: bool, fix: str = FIX
+) -> dict[str, Any] | None:
+    """A run's token-ID figures from its records (each with ``task_index``, ``rollout_index`` and a
+    ``token_ids`` record, or a saved trace): rollouts with token IDs, multi-turn ones, contiguous ones, the first
+    breaks and the fix (``fix`` when the run did not ask for exact tokens). None when no rollout recorded token
+    IDs."""
+    tally = TokenIdsTally(exact_tokens=exact_tokens, fix=fix)
+    for record in records:
+        tally.add(record)
+    return tally.summary()
 
 
 def describe_token_ids(summary: Mapping[str, Any]) -> str:

@@ -47,6 +47,9 @@ EXACT_TOKENS = "exact_tokens"
 latest turn by the output items it handed out)."""
 STATUS_UPSTREAM_FAILED = 424
 """Status for a call whose upstream failed for good (not in nemo-gym's retry list)."""
+JUDGE_CALLS_KEPT = 10_000
+"""Judge calls a judge route keeps until they are taken (the latest): a long run whose judge calls nobody takes
+(a trainer, verifiers' env server) holds no more than these."""
 
 _JSON = "application/json"
 
@@ -197,9 +200,11 @@ class RoutingProxy(LoopThreadServer):
     ) -> Route:
         """Open a route with a port of its own: every ``POST /v1/responses`` (or ``/v1/chat/completions``)
         on that port goes to ``endpoint`` (a judge's calls carry no route key; the port is what tells them
-        apart). Closing the route closes the port. Like every port of the proxy it is bound on loopback."""
+        apart). Closing the route closes the port. Like every port of the proxy it is bound on loopback. It keeps
+        the latest ``JUDGE_CALLS_KEPT`` calls until they are taken (``Route.take_calls``)."""
         self._refuse_on_own_thread("open_judge_route")
         route = self.open_route(endpoint, upstream=upstream, record_requests=record_requests)
+        route.keep_calls = JUDGE_CALLS_KEPT
         try:
             route.port = self.call(self._ports.add(self.runner, route), timeout)
         except BaseException:

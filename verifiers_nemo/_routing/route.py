@@ -60,6 +60,11 @@ class Route:
         self.on_call = on_call
         self.port: int | None = None
         """A judge route's own port on the proxy (see ``RoutingProxy.open_judge_route``), else None."""
+        self.keep_calls: int | None = None
+        """At most this many recorded calls are kept (the latest; a judge route lives as long as its stack, and
+        its calls are taken by whoever counts them); None: all of them (a rollout's route)."""
+        self.dropped_calls = 0
+        """Calls recorded and dropped since, beyond ``keep_calls``."""
         self._sampling_args = sampling_args
         self._defaults = {
             **_flatten_sampling_args(endpoint.sampling_args),
@@ -206,6 +211,9 @@ class Route:
             if self._closed and any(c.index == call.index for c in self._calls):
                 return  # recorded as unanswered when the route closed, just before this reply came
             self._calls.append(call)
+            if self.keep_calls is not None and len(self._calls) > self.keep_calls:
+                del self._calls[0]
+                self.dropped_calls += 1
             if call.error is not None and self._error is None:
                 self._error = call.error
             count = len(self._calls)

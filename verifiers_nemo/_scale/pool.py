@@ -21,6 +21,9 @@ from .seats import Seat, Seats
 
 logger = logging.getLogger(__name__)
 
+JUDGE_COLLECT_EVERY = 500
+"""Results between two collections of the workers' judge calls during a run (and one at its end)."""
+
 
 class NeMoGymPool:
     """Runs tasks of one or more Gym environments, each on a stack of its own environment.
@@ -235,9 +238,14 @@ class NeMoGymPool:
             finally:
                 release()
 
+        judged = any((seat.info or {}).get("judges") for seat in self._seats)
+        count = 0
         try:
             async with contextlib.aclosing(stream_rollouts(tasks, run_one, concurrency)) as stream:
                 async for result in stream:
+                    count += 1
+                    if judged and count % JUDGE_COLLECT_EVERY == 0:
+                        await self._collect_judge_calls()  # the workers' judge routes keep only the latest
                     yield result
         finally:
             await self._collect_judge_calls()

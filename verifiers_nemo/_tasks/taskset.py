@@ -4,7 +4,7 @@ A row is what Gym's agent ``/run`` takes: ``{"responses_create_params": {"input"
 "agent_ref": {"name": ...}, ...extra fields for the resources server}``. The taskset reads rows from a
 packaged environment's dataset, its recorded rollouts, or any JSONL file, streaming (a small ``limit``
 reads only that many rows), checks each row the way nemo-gym would and reports a bad one with its file
-and line and the fix. Rows are kept as their compact JSON text; a ``Task`` is built when asked for.
+and line and the fix. Rows are kept as where they are in the file; a ``Task`` is built when asked for.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class NeMoGymTaskset(Sequence[Task]):
     own runs on the taskset's, and one naming another release is refused. (``root=``, a Gym root directory, is
     the low-level alternative to ``gym_python=`` / ``gym_version=``.)
 
-    Rows are held as compact JSON text; indexing or iterating builds ``Task`` objects on demand.
+    Rows are held as where they are in the file (about 24 bytes a row; the file must stay as it is) and read
+    back when indexing or iterating builds their ``Task`` objects, on demand.
     """
 
     def __init__(
