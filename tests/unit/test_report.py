@@ -253,6 +253,7 @@ def test_a_bootstrap_interval_stays_within_the_values_and_is_the_same_every_time
     assert method == BOOTSTRAP
     assert min(values) <= low <= mean <= high <= max(values)
     assert mean_interval(values) == (mean, low, high, method), "seeded: the same report gives the same interval"
+    assert mean_interval(values[::-1]) == (mean, low, high, method), "whatever order the tasks come in"
     if len(values) >= 1000:  # where the normal approximation is good, the bootstrap agrees with it
         half = 1.96 * __import__("statistics").pstdev(values) / math.sqrt(len(values))
         assert (low, high) == pytest.approx((mean - half, mean + half), abs=0.15 * half + 1e-3)

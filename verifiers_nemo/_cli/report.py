@@ -56,7 +56,7 @@ def write_and_tell(
     for run in report.runs:
         chosen = run.choice.describe(len(run.choice.chosen()))
         if chosen:
-            say(f"note: {run.label}: rollout table {chosen} (--max-rollouts N shows more)")
+            say(f"note: {run.label}: its rollout table shows {chosen}; the figures count all (--max-rollouts N: more)")
     say(
         f"Report of {report.rollouts:,} rollouts ({len(report.runs)} run{'s' if len(report.runs) > 1 else ''}, "
         f"{report.bytes / 1e6:.1f} MB, {time.monotonic() - started:.1f}s); open it in a browser:"
@@ -81,8 +81,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         return fail(f"cannot write the log: {exc} (pass -o PATH somewhere writable)", EXIT_FAILED)
     if log.choice:
         say(
-            f"note: samples {log.choice}; inspect-ai's writer holds every sample's summary in memory "
-            "(--max-rollouts N writes more)"
+            f"note: the log's samples are {log.choice}; its scores count every rollout (inspect-ai's writer holds "
+            "every sample's summary in memory: --max-rollouts N writes more)"
         )
     say(f"inspect-ai log of {log.rollouts:,} rollouts; view it with: inspect view --log-dir {log.path.parent}")
     print(log.path, flush=True)

@@ -79,17 +79,19 @@ class RolloutChoice:
         return [entries[arrival] for arrival in sorted(entries)]
 
     def describe(self, shown: int) -> str | None:
-        """How the ``shown`` rollouts were chosen, for the page (None when every rollout is shown)."""
+        """Which ``shown`` rollouts of the run these are and how they were chosen ("N of M rollouts: ..."), None
+        when they are all of them."""
         if self.whole:
             return None
-        extra = shown - min(self.limit or 0, self.offered)
+        chosen = min(self.limit or 0, self.offered)
         text = (
-            f"showing {shown:,} of {self.offered:,} rollouts: {min(self.limit or 0, self.offered):,} of whole tasks "
-            "picked at random (a fixed hash of environment and task, so the same tasks in every run and every report)"
+            f"{shown:,} of {self.offered:,} rollouts: {chosen:,} of whole tasks picked at random (a fixed hash of "
+            "environment and task, so the same tasks in every run and every report)"
         )
-        if extra:
-            text += f", plus {extra:,} more so that each error type and masked kind has up to {KIND_EXAMPLES} examples"
-        return text + "; every figure and table of the overview counts all of them"
+        if shown > chosen:
+            extra = shown - chosen
+            text += f", plus {extra:,} so that each error type and masked kind has up to {KIND_EXAMPLES} examples"
+        return text
 
 
 def _keep_lowest(heap: list[_Entry], entry: _Entry, size: int) -> None:

@@ -187,9 +187,9 @@ def _task_scores(scores: TaskScores) -> dict[tuple[str, str], tuple[float | None
     return out
 
 
-def compare(a: Run, b: Run) -> dict[str, Any]:
+def compare(a: Run, b: Run, *, listed: int = MAX_TASK_ROWS) -> dict[str, Any]:
     """Run ``b`` against run ``a`` on their common tasks (both loaded with ``keep_tasks``): per task side by side
-    (at most ``MAX_TASK_ROWS``, flipped tasks first), the flips, and the difference in mean reward and pass@1
+    (at most ``listed``: every flipped task first), the flips, and the difference in mean reward and pass@1
     with a paired 95% interval over tasks.
 
     Raises ReportError when the runs share no task (the message names what each ran)."""
@@ -221,11 +221,11 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
         )
     if a_threshold != b_threshold:
         notes.append(f"pass thresholds differ ({a_threshold:g} vs {b_threshold:g}); each run's own is used")
-    listed = _listed(pairs)
-    if len(listed) < len(pairs):
+    shown = _listed(pairs, listed)
+    if len(shown) < len(pairs):
         notes.append(
-            f"the per-task table and plot show {len(listed):,} of the {len(pairs):,} common tasks (every flipped "
-            "task, then the first by task); the differences and flip counts are over all of them"
+            f"the per-task table and plot show {len(shown):,} of the {len(pairs):,} common tasks (the flipped "
+            "ones first, then the others in task order); the differences and flip counts are over all of them"
         )
     return {
         "a": a_label,
@@ -242,7 +242,7 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
                 "b_n": p.b_n,
                 "flip": p.flip,
             }
-            for p in listed
+            for p in shown
         ],
         "common_tasks": len(pairs),
         "paired_tasks": len(both),
@@ -254,12 +254,12 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
     }
 
 
-def _listed(pairs: list[TaskPair]) -> list[TaskPair]:
-    """The pairs a comparison lists: all of them, or every flipped one and then the first others (in task order)."""
-    if len(pairs) <= MAX_TASK_ROWS:
+def _listed(pairs: list[TaskPair], limit: int) -> list[TaskPair]:
+    """The pairs a comparison lists: all of them, or the flipped ones first and then the others, in task order."""
+    if len(pairs) <= limit:
         return pairs
-    flipped = [i for i, p in enumerate(pairs) if p.flip][:MAX_TASK_ROWS]
-    others = [i for i, p in enumerate(pairs) if not p.flip][: MAX_TASK_ROWS - len(flipped)]
+    flipped = [i for i, p in enumerate(pairs) if p.flip][:limit]
+    others = [i for i, p in enumerate(pairs) if not p.flip][: limit - len(flipped)]
     return [pairs[i] for i in sorted(flipped + others)]
 
 

@@ -191,7 +191,7 @@
   }
   fillSelect("filter-run", DATA.runs.map((run, i) => [String(i), `${String.fromCharCode(65 + i)}: ${run.label}`]), "filter-run-label");
   document.getElementById("shown-note").replaceChildren(...DATA.runs.filter((run) => run.choice).map((run) =>
-    el("p", { class: "muted", "data-part": "shown" }, `${MULTI_RUN ? run.label + ": " : ""}${run.choice[0].toUpperCase()}${run.choice.slice(1)}. verifiers-nemo report --max-rollouts N shows more.`)));
+    el("p", { class: "muted", "data-part": "shown" }, `${MULTI_RUN ? run.label + ": " : ""}Showing ${run.choice}. Every figure and table of the overview counts all of them; verifiers-nemo report --max-rollouts N shows more.`)));
   fillSelect("filter-env", [...new Set(ROWS.map((r) => r[COL.env]))].sort().map((e) => [e]), "filter-env-label");
   fillSelect("filter-kind", [...new Set(ROWS.map((r) => r[COL.kind]).filter(Boolean))].sort().map((k) => [k]));
 
