@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--report",
         action="store_true",
-        help="at the end, write report.html next to the results (plots, every rollout; implies -s; "
+        help="at the end, write report.html next to the results (plots, the rollouts; implies -s; "
         "needs verifiers-nemo[report])",
     )
 

@@ -54,21 +54,21 @@ class Rollout:
         return (self.env, self.task if self.task_index is None else self.task_index)
 
 
-def number(value: Any) -> float | None:
+def _number(value: Any) -> float | None:
     """A finite number as a float (None for anything else, booleans included)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def count(value: Any) -> int | None:
+def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _metrics(raw: Any) -> dict[str, float]:
     out = {}
     for name, value in (raw or {}).items() if isinstance(raw, Mapping) else ():
-        numeric = value if isinstance(value, bool) else number(value)
+        numeric = value if isinstance(value, bool) else _number(value)
         if name not in _NOT_METRICS and numeric is not None:
             out[str(name)] = float(numeric)
     return out
@@ -98,7 +98,7 @@ def rollout_of_record(record: Mapping[str, Any], default_env: str, strings: Stri
     """A line of our ``results.jsonl`` (it has ``task_index`` and ``rollout_index``). ``strings``: the table its
     transcript's long texts go to (None: texts kept as they are)."""
     error = record.get("error")
-    reward = number(record.get("reward"))
+    reward = _number(record.get("reward"))
     metrics_raw = record.get("metrics") or {}
     masked, failure_kind, failure_reason = _masking(record, metrics_raw, record.get("gym_result"))
     trace = record.get("trace")
@@ -117,10 +117,10 @@ def rollout_of_record(record: Mapping[str, Any], default_env: str, strings: Stri
         status=_status(error, reward, masked),
         reward=reward,
         metrics=_metrics(metrics_raw),
-        input_tokens=count(usage.get("input_tokens")),
-        output_tokens=count(usage.get("output_tokens")),
-        latency_s=number(timing.get("rollout_s")),
-        recorded_reward=number(record.get("recorded_reward")),
+        input_tokens=_count(usage.get("input_tokens")),
+        output_tokens=_count(usage.get("output_tokens")),
+        latency_s=_number(timing.get("rollout_s")),
+        recorded_reward=_number(record.get("recorded_reward")),
         transcript=transcript,
         token_ids=record_token_ids(record),
         task_index=task_index if isinstance(task_index, int) and not isinstance(task_index, bool) else None,
@@ -145,12 +145,12 @@ def rollout_of_trace(
     gym = ((trace.get("info") or {}).get("nemo_gym")) or {}
     env, task = trace_task(episode, trace)
     rewards = trace.get("rewards") or {}
-    reward = number(gym.get("reward"))
+    reward = _number(gym.get("reward"))
     if reward is None and "reward" not in gym:
         scores = [
             (v.get("score"), v.get("weight", 1.0)) if isinstance(v, Mapping) else (v, 1.0) for v in rewards.values()
         ]
-        numbers = [(s, w) for s, w in scores if number(s) is not None and number(w) is not None]
+        numbers = [(s, w) for s, w in scores if _number(s) is not None and _number(w) is not None]
         reward = math.fsum(s * w for s, w in numbers) if numbers else None
     errors = [e for e in trace.get("errors") or [] if isinstance(e, Mapping)]
     error: Any = gym.get("error") or (errors[0] if errors else None)
@@ -160,10 +160,10 @@ def rollout_of_trace(
     if error:
         reward = None
     timing = gym.get("timing") or {}
-    latency = number(timing.get("rollout_s"))
+    latency = _number(timing.get("rollout_s"))
     if latency is None:
         agent = (trace.get("timing") or {}).get("agent") or {}
-        if number(agent.get("end")) is not None and number(agent.get("start")) is not None:
+        if _number(agent.get("end")) is not None and _number(agent.get("start")) is not None:
             latency = float(agent["end"]) - float(agent["start"])
     rollout = Rollout(
         env=env,
@@ -172,10 +172,10 @@ def rollout_of_trace(
         status=_status(error, reward, masked),
         reward=reward,
         metrics=_metrics(trace.get("metrics") or gym.get("metrics")),
-        input_tokens=count(trace.get("num_input_tokens")),
-        output_tokens=count(trace.get("num_output_tokens")),
+        input_tokens=_count(trace.get("num_input_tokens")),
+        output_tokens=_count(trace.get("num_output_tokens")),
         latency_s=latency,
-        recorded_reward=number(task_data.get("recorded_reward")),
+        recorded_reward=_number(task_data.get("recorded_reward")),
         transcript=from_trace_nodes(trace, strings),
         token_ids=gym.get("token_ids") if isinstance(gym.get("token_ids"), Mapping) else None,
     )

@@ -4,7 +4,7 @@ Three sources: our ``results.jsonl`` with ``--save-trace`` (each policy call's r
 the Responses or Chat Completions shape), our ``results.jsonl`` without it (the prompt and completion
 messages), and verifiers' ``traces.jsonl`` (a tree of message nodes and the calls that produced them).
 
-The shape (kept small, it is embedded in the report for every rollout)::
+The shape (kept small, it is embedded in the report for every rollout it shows)::
 
     {"m": [message, ...], "c": [call, ...], "tools": [name, ...]}
     message = {"r": role, "t": text, "rs": reasoning, "tc": [[name, arguments, id], ...],
