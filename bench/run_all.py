@@ -1,6 +1,6 @@
 """Run every benchmark under bench/ and print one summary table with the targets of issue 7.
 
-    .venv/bin/python bench/run_all.py            # everything, ~20 minutes on 2 CPUs (bench_ray 3.5, eval_memory 6)
+    .venv/bin/python bench/run_all.py            # everything, ~21 minutes on 2 CPUs (bench_ray 3.5, eval_memory 6)
     .venv/bin/python bench/run_all.py --quick    # a smoke run with small counts (about 8 minutes; bench_ray: 2.5-3)
     .venv/bin/python bench/run_all.py --only throughput,proxy --all-envs
 
@@ -72,6 +72,12 @@ STEPS = [
         "bench_eval_memory.py",
         ["--sizes", "2000,20000", "--ray-sizes", "10000"],
         ["--sizes", "500,2000", "--ray-sizes", ""],
+    ),
+    Step(
+        "report_memory",
+        "bench_report.py",
+        ["--sizes", "2000,20000", "--shapes", "repeats"],
+        ["--sizes", "500,2000", "--shapes", "repeats", "--no-export"],
     ),
 ]
 EVAL_MEMORY_TARGET_MB = 16.0
@@ -315,6 +321,22 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
     elif em is not None:
         t.section("eval memory")
         t.add("bench_eval_memory.py", str(em))
+
+    rm = results.get("report_memory")
+    if isinstance(rm, dict):
+        t.section("report and export --inspect of a saved run, 100 tasks (bench_report.py; peak RSS, growth, wall)")
+        for r in rm["runs"]:
+            base = next(x for x in rm["runs"] if (x["code"], x["command"]) == (r["code"], r["command"]))
+            t.add(f"{r['code']} {r['command']}, {r['rollouts']:,} rollouts (peak MB, growth, s)",
+                  f"{r['peak_mb']:.1f}", f"{r['peak_mb'] - base['peak_mb']:+.1f}", f"{r['wall_s']:.1f}")  # fmt: skip
+        growth = rm.get("growth")
+        if growth:
+            ok = growth["growth_mb"] <= growth["limit_mb"]
+            t.add("report peak RSS growth, 2,000 -> 20,000 rollouts (MB)",
+                  f"{growth['growth_mb']:+.1f}", "", "", f"<= {growth['limit_mb']:.0f} MB", met(ok))  # fmt: skip
+    elif rm is not None:
+        t.section("report memory")
+        t.add("bench_report.py", str(rm))
 
     print(f"\n{'=' * 100}")
     print(

@@ -240,39 +240,51 @@ async def test_vf_eval_traces_and_our_run_compared_in_one_report(real_runs: dict
 def test_inspect_export_is_read_back_by_inspect_ai(real_runs: dict[str, Any], tmp_path: Path) -> None:
     if not INSPECT_PYTHON.exists():
         pytest.fail(f"{INSPECT_PYTHON} is missing: `bash .ci/setup-tests` builds the venv with verifiers-nemo[inspect]")
-    log = tmp_path / "logs" / "run.eval"
     exporter = INSPECT_PYTHON.with_name("verifiers-nemo")
-    proc = subprocess.run(
-        [str(exporter), "export", str(real_runs["vf"]), "--inspect", "-o", str(log)],
+    logs = {"whole": tmp_path / "logs" / "run.eval", "bounded": tmp_path / "bounded" / "run.eval"}
+    for name, extra in (("whole", []), ("bounded", ["--max-rollouts", "4"])):
+        proc = subprocess.run(
+            [str(exporter), "export", str(real_runs["vf"]), "--inspect", "-o", str(logs[name]), *extra],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert ("the log's samples are" in proc.stderr) == (name == "bounded"), proc.stderr
+    check = """
+import json, sys
+from inspect_ai.log import read_eval_log
+def figures(path):
+    log = read_eval_log(path)
+    return {
+        "status": log.status, "samples": len(log.samples), "total": log.results.total_samples,
+        "errors": sorted(s.error.message.split(":")[0] for s in log.samples if s.error),
+        "scored": sum(1 for s in log.samples if s.scores),
+        "tools": sorted({c.function for s in log.samples for m in s.messages if m.role == "assistant"
+                         for c in m.tool_calls or []}),
+        "tool_outputs": sum(1 for s in log.samples for m in s.messages if m.role == "tool"),
+        "mean": log.results.scores[0].metrics["mean"].value,
+    }
+print(json.dumps([figures(path) for path in sys.argv[1:]]))
+"""
+    read = subprocess.run(
+        [str(INSPECT_PYTHON), "-c", check, str(logs["whole"]), str(logs["bounded"])],
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 0, proc.stderr
-    check = """
-import json, sys
-from inspect_ai.log import read_eval_log
-log = read_eval_log(sys.argv[1])
-print(json.dumps({
-    "status": log.status, "samples": len(log.samples),
-    "errors": sorted(s.error.message.split(":")[0] for s in log.samples if s.error),
-    "scored": sum(1 for s in log.samples if s.scores),
-    "tools": sorted({c.function for s in log.samples for m in s.messages if m.role == "assistant"
-                     for c in m.tool_calls or []}),
-    "tool_outputs": sum(1 for s in log.samples for m in s.messages if m.role == "tool"),
-    "mean": log.results.scores[0].metrics["mean"].value,
-}))
-"""
-    read = subprocess.run([str(INSPECT_PYTHON), "-c", check, str(log)], capture_output=True, text=True, timeout=300)
     assert read.returncode == 0, read.stderr
-    got = json.loads(read.stdout)
+    got, bounded = json.loads(read.stdout)
     traces = _episodes(real_runs["vf"])
     failed = [t for t in traces if not t["ok"]]
     rewards = [t["info"]["nemo_gym"]["reward"] for t in traces if t["ok"]]
-    assert got["samples"] == 10 and got["scored"] == len(rewards)
+    assert got["samples"] == got["total"] == 10 and got["scored"] == len(rewards)
     assert got["errors"] == sorted(t["info"]["nemo_gym"]["error"]["type"] for t in failed)
     assert got["tools"] == ["extract_synonym_values", "get_synonym_value"] and got["tool_outputs"] > 0
     assert got["mean"] == pytest.approx(sum(rewards) / len(rewards))
+    # --max-rollouts 4: two whole tasks (2 rollouts each) and every failed rollout as samples; scores over all 10
+    assert bounded["total"] == 10 and bounded["mean"] == got["mean"]
+    assert bounded["errors"] == got["errors"] and 4 <= bounded["samples"] <= min(10, 4 + len(failed))
 
 
 async def test_a_10000_rollout_report_stays_small_and_filters_fast(tmp_path: Path) -> None:

@@ -23,8 +23,6 @@ from verifiers_nemo._report.stats import (
     bootstrap_interval,
     compare,
     mean_interval,
-    overview,
-    pass_curves,
     wilson_interval,
 )
 from verifiers_nemo._report.transcript import Strings, from_policy_calls
@@ -56,13 +54,13 @@ def test_errors_and_masked_rows_are_counted_apart_never_as_reward_zero(tmp_path:
             outcomes={**outcomes, **{(t, r): "scored" for t in range(4) for r in range(2) if (t, r) not in outcomes}},
         )
     )
-    stats = overview(run.rollouts, run.pass_threshold)
+    stats = run.tally.overall.overview()
     assert (stats["scored"], stats["errored"], stats["masked"]) == (5, 1, 2)
     assert stats["reward"]["mean"] == 1.0, "a masked row's reward 0 and an error must not pull the mean down"
     assert stats["masked_by_kind"] == {"judge_failed": 2}
     assert set(stats["errors"]) <= {"timeout", "upstream_http"} and sum(stats["errors"].values()) == 1
     assert stats["pass"]["tasks"][0] == 3, "task 1 (all masked) has no scored rollout for pass@k"
-    assert all("mask_sample" not in r.metrics for r in run.rollouts)
+    assert all("mask_sample" not in r.metrics for r in run.rollouts())
     assert "question_id" not in {m["name"] for m in stats["metrics"]}, "identifiers are not averaged"
 
 
@@ -71,7 +69,7 @@ def test_a_mask_sample_metric_from_a_newer_gym_masks_the_row(tmp_path: Path) -> 
     record = json.loads((folder / "results.jsonl").read_text())
     record["metrics"]["mask_sample"] = 1.0  # how a nemo-gym 0.7 verify field lands today
     (folder / "results.jsonl").write_text(json.dumps(record) + "\n")
-    rollout = load_run(folder).rollouts[0]
+    rollout = next(load_run(folder).rollouts())
     assert rollout.status == "masked" and "mask_sample" not in rollout.metrics
 
 
@@ -80,7 +78,7 @@ def test_a_cut_off_last_line_is_left_out_with_a_note(tmp_path: Path) -> None:
     text = (folder / "results.jsonl").read_text()
     (folder / "results.jsonl").write_text(text + text.splitlines()[0][:100])
     run = load_run(folder)
-    assert len(run.rollouts) == 3
+    assert run.total == 3
     assert any("cut off" in note for note in run.notes)
 
 
@@ -173,12 +171,13 @@ def test_a_verifiers_traces_file_reads_like_our_results(tmp_path: Path) -> None:
         tmp_path / "vf" / "nemo-gym-env--m--1", [vf_episode(0, True), vf_episode(0, True), vf_episode(1, False)]
     )
     run = load_run(tmp_path / "vf")  # the -o folder of vf-eval, holding one run
-    assert [(r.task, r.rollout_index, r.status, r.kind) for r in run.rollouts] == [
+    rollouts = list(run.rollouts())
+    assert [(r.task, r.rollout_index, r.status, r.kind) for r in rollouts] == [
         ("0", 0, "scored", None),
         ("0", 1, "scored", None),
         ("1", 0, "error", "upstream_http"),
     ]
-    first = run.rollouts[0]
+    first = rollouts[0]
     assert (first.turns, first.tool_calls, first.call_latencies, first.latency_s) == (1, 1, [0.5], 2.0)
     assert first.transcript["m"][2]["tc"][0][0] == "lookup" and first.transcript["c"][0]["in"] == 5
 
@@ -254,6 +253,7 @@ def test_a_bootstrap_interval_stays_within_the_values_and_is_the_same_every_time
     assert method == BOOTSTRAP
     assert min(values) <= low <= mean <= high <= max(values)
     assert mean_interval(values) == (mean, low, high, method), "seeded: the same report gives the same interval"
+    assert mean_interval(values[::-1]) == (mean, low, high, method), "whatever order the tasks come in"
     if len(values) >= 1000:  # where the normal approximation is good, the bootstrap agrees with it
         half = 1.96 * __import__("statistics").pstdev(values) / math.sqrt(len(values))
         assert (low, high) == pytest.approx((mean - half, mean + half), abs=0.15 * half + 1e-3)
@@ -261,19 +261,19 @@ def test_a_bootstrap_interval_stays_within_the_values_and_is_the_same_every_time
 
 def test_the_summary_interval_of_a_run_is_inside_the_rewards_bounds(tmp_path: Path) -> None:
     run = _run_with(tmp_path, "a", {0: [1, 1], 1: [1, 1], 2: [1, 1], 3: [0, 0], 4: [0, 0]})
-    reward = overview(run.rollouts, run.pass_threshold)["reward"]
+    reward = run.tally.overall.overview()["reward"]
     assert reward["method"] == WILSON and 0.0 <= reward["low"] < 0.6 < reward["high"] <= 1.0, reward
     run = _run_with(tmp_path, "b", {0: [1, 0], 1: [1, 1], 2: [0, 0], 3: [0, 0], 4: [0, 0]})
-    reward = overview(run.rollouts, run.pass_threshold)["reward"]
+    reward = run.tally.overall.overview()["reward"]
     assert reward["method"] == BOOTSTRAP and 0.0 <= reward["low"] <= reward["high"] <= 1.0, reward
     assert all(
-        0.0 <= m["low"] <= m["high"] <= 1.0 for m in overview(run.rollouts, 0.5)["metrics"] if m["low"] is not None
+        0.0 <= m["low"] <= m["high"] <= 1.0 for m in run.tally.overall.overview()["metrics"] if m["low"] is not None
     )
 
 
 def test_pass_curves_agree_with_the_eval_summary(tmp_path: Path) -> None:
     run = load_run(write_run(tmp_path / "run", tasks=12, repeats=8, quality=0.4, seed=3))
-    curves = pass_curves(run.rollouts, 0.5)
+    curves = run.tally.overall.overview()["pass"]
     records = [json.loads(line) for line in (run.path / "results.jsonl").read_text().splitlines()]
     records = [r for r in records if not r.get("masked")]
     summary = summarize(records, rollouts_per_example=8)
@@ -296,7 +296,7 @@ def _run_with(tmp_path: Path, name: str, rewards: dict[int, list[float]]):
         record["reward"] = rewards[record["task_index"]][record["rollout_index"]]
         lines.append(json.dumps(record))
     (folder / "results.jsonl").write_text("\n".join(lines) + "\n")
-    return load_run(folder)
+    return load_run(folder, keep_tasks=True)
 
 
 def test_runs_compared_give_a_paired_interval_and_the_flipped_tasks(tmp_path: Path) -> None:
@@ -328,8 +328,8 @@ def test_a_paired_difference_stays_inside_minus_1_and_1(tmp_path: Path) -> None:
 
 
 def test_runs_over_different_tasks_say_what_each_ran(tmp_path: Path) -> None:
-    a = load_run(write_run(tmp_path / "a", tasks=2, repeats=1, env="env_a"))
-    b = load_run(write_run(tmp_path / "b", tasks=2, repeats=1, env="env_b"))
+    a = load_run(write_run(tmp_path / "a", tasks=2, repeats=1, env="env_a"), keep_tasks=True)
+    b = load_run(write_run(tmp_path / "b", tasks=2, repeats=1, env="env_b"), keep_tasks=True)
     with pytest.raises(ReportError, match=r"ran different tasks.*2 tasks of env_a \(0, 1\) vs 2 tasks of env_b"):
         compare(a, b)
     report = write_report([a.path, b.path], tmp_path / "r.html")
@@ -338,8 +338,8 @@ def test_runs_over_different_tasks_say_what_each_ran(tmp_path: Path) -> None:
 
 
 def test_partly_overlapping_runs_are_compared_on_the_common_tasks(tmp_path: Path) -> None:
-    a = load_run(write_run(tmp_path / "a", tasks=5, repeats=1))
-    b = load_run(write_run(tmp_path / "b", tasks=3, repeats=1))
+    a = load_run(write_run(tmp_path / "a", tasks=5, repeats=1), keep_tasks=True)
+    b = load_run(write_run(tmp_path / "b", tasks=3, repeats=1), keep_tasks=True)
     result = compare(a, b)
     assert len(result["tasks"]) == 3
     assert "2 tasks only in" in result["notes"][0]

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .._report.selection import DEFAULT_MAX_ROLLOUTS
 from .console import EXIT_USAGE, PROG
 from .envs import cmd_envs
 from .eval import cmd_eval
@@ -53,21 +54,24 @@ Examples:
 
 COMMAND_TEXTS: dict[str, tuple[str, str]] = {
     "report": (
-        "one self-contained HTML report of saved runs: plots, every rollout, runs compared",
+        "one self-contained HTML report of saved runs: plots, the rollouts and their transcripts, runs compared",
         (
             "Write one HTML file (it opens with no network) from saved eval runs: our run folders (results.jsonl + "
             "metadata.json, from `eval -s`) and verifiers' eval folders (traces.jsonl, from vf-eval nemo-gym-env or a"
             " prime-rl eval). Overview per environment (reward, pass@k and pass^k, metrics with confidence intervals,"
-            " errors, latency, tokens), every rollout with its transcript, and with several runs their per-task "
-            "comparison against the first. Needs verifiers-nemo[report]."
+            " errors, latency, tokens) over every rollout, the rollouts with their transcripts (all of them up to "
+            "--max-rollouts per run; of a larger run that many, whole tasks picked at random, plus examples of each "
+            "failure), and with several runs their per-task comparison against the first. Runs of any size: the "
+            "files are read streaming. Needs verifiers-nemo[report]."
         ),
     ),
     "export": (
         "export a saved run to another tool's format (--inspect: an inspect-ai log for `inspect view`)",
         (
             "Write a saved run (either kind of folder) as an inspect-ai log: one sample per rollout with its messages"
-            " and tool calls, Gym's reward as the score, its metrics, errors and masked rows. Needs "
-            "verifiers-nemo[inspect]."
+            " and tool calls, Gym's reward as the score, its metrics, errors and masked rows; of a run larger than "
+            "--max-rollouts, that many rollouts chosen as the report chooses them (the log's scores count every "
+            "rollout). Needs verifiers-nemo[inspect]."
         ),
     ),
     "envs": (
@@ -124,6 +128,7 @@ def _number(
 
 
 _positive_int = _number(int, "a whole number", lambda v: v >= 1, "at least 1")
+_non_negative_int = _number(int, "a whole number", lambda v: v >= 0, "0 or more")
 _positive_float = _number(float, "a number", lambda v: math.isfinite(v) and v > 0, "a positive number")
 _non_negative_float = _number(float, "a number", lambda v: math.isfinite(v) and v >= 0, "a number >= 0")
 _any_float = _number(float, "a number", math.isfinite, "a finite number")
@@ -330,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--report",
         action="store_true",
-        help="at the end, write report.html next to the results (plots, every rollout; implies -s; "
+        help="at the end, write report.html next to the results (plots, the rollouts; implies -s; "
         "needs verifiers-nemo[report])",
     )
 
@@ -341,6 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write it (default: report.html in the run folder, or here for several runs)",
     )  # fmt: skip
     rp.add_argument("--title", help="the report's title (default: the runs' names)")
+    rp.add_argument(
+        "--max-rollouts", type=_non_negative_int, default=DEFAULT_MAX_ROLLOUTS, metavar="N",
+        help=f"rollouts of each run shown in the table, with transcripts (default {DEFAULT_MAX_ROLLOUTS:,}; a larger "
+        "run shows N of whole tasks picked at random plus examples of each failure; every figure counts all)",
+    )  # fmt: skip
 
     ex = _command(commands, "export", cmd_export)
     ex.add_argument("run", type=Path, metavar="RUN_DIR", help="a run folder")
@@ -348,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument(
         "-o", "--output", type=Path, metavar="FILE",
         help="the .eval file to write (default: RUN_DIR/inspect/<timestamp>_<env>_<run>.eval)",
+    )  # fmt: skip
+    ex.add_argument(
+        "--max-rollouts", type=_non_negative_int, default=DEFAULT_MAX_ROLLOUTS, metavar="N",
+        help=f"rollouts written as samples (default {DEFAULT_MAX_ROLLOUTS:,}; of a larger run, N chosen as the report "
+        "chooses them; the log's scores count every rollout)",
     )  # fmt: skip
 
     en = _command(commands, "envs", cmd_envs)

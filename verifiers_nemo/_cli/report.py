@@ -7,6 +7,7 @@ import argparse
 import time
 from pathlib import Path
 
+from .._report.selection import DEFAULT_MAX_ROLLOUTS
 from .console import EXIT_FAILED, EXIT_OK, fail, say
 
 REPORT_FILE = "report.html"
@@ -28,20 +29,22 @@ def cmd_report(args: argparse.Namespace) -> int:
         return fail(unavailable)
     runs: list[Path] = args.runs
     output: Path = args.output or (_run_folder(runs[0]) / REPORT_FILE if len(runs) == 1 else Path(REPORT_FILE))
-    return write_and_tell(runs, output, title=args.title)
+    return write_and_tell(runs, output, title=args.title, max_rollouts=args.max_rollouts)
 
 
 def _run_folder(path: Path) -> Path:
     return path.parent if path.is_file() else path
 
 
-def write_and_tell(runs: list[Path], output: Path, *, title: str | None = None) -> int:
+def write_and_tell(
+    runs: list[Path], output: Path, *, title: str | None = None, max_rollouts: int = DEFAULT_MAX_ROLLOUTS
+) -> int:
     """Write the report and say where it is (or one clear error)."""
     from .._report import ReportError, write_report
 
     started = time.monotonic()
     try:
-        report = write_report(runs, output, title=title)
+        report = write_report(runs, output, title=title, max_rollouts=max_rollouts)
     except ReportError as exc:
         return fail(str(exc))
     except OSError as exc:
@@ -50,6 +53,10 @@ def write_and_tell(runs: list[Path], output: Path, *, title: str | None = None) 
         )
     for note in report.notes:
         say(f"note: {note}")
+    for run in report.runs:
+        chosen = run.choice.describe(len(run.choice.chosen()))
+        if chosen:
+            say(f"note: {run.label}: its rollout table shows {chosen}; the figures count all (--max-rollouts N: more)")
     say(
         f"Report of {report.rollouts:,} rollouts ({len(report.runs)} run{'s' if len(report.runs) > 1 else ''}, "
         f"{report.bytes / 1e6:.1f} MB, {time.monotonic() - started:.1f}s); open it in a browser:"
@@ -67,11 +74,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not inspect_available():
         return fail(f"the inspect export needs inspect-ai, not installed here: {INSPECT_EXTRA}")
     try:
-        path, rollouts = write_inspect_log(args.run, args.output)
+        log = write_inspect_log(args.run, args.output, max_rollouts=args.max_rollouts)
     except ReportError as exc:
         return fail(str(exc))
     except OSError as exc:
         return fail(f"cannot write the log: {exc} (pass -o PATH somewhere writable)", EXIT_FAILED)
-    say(f"inspect-ai log of {rollouts:,} rollouts; view it with: inspect view --log-dir {path.parent}")
-    print(path, flush=True)
+    if log.choice:
+        say(
+            f"note: the log's samples are {log.choice}; its scores count every rollout (inspect-ai's writer holds "
+            "every sample's summary in memory: --max-rollouts N writes more)"
+        )
+    say(f"inspect-ai log of {log.rollouts:,} rollouts; view it with: inspect view --log-dir {log.path.parent}")
+    print(log.path, flush=True)
     return EXIT_OK

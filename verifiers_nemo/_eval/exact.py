@@ -110,7 +110,23 @@ class Spread:
             return math.nan
         mean = self.sum.fraction / n
         variance = self._squares.fraction / n - mean * mean
-        return math.sqrt(variance.numerator / variance.denominator)
+        return sqrt_of_fraction(variance)
+
+
+def sqrt_of_fraction(value: Fraction) -> float:
+    """The square root of a non-negative fraction, rounded once to the nearest float (as ``statistics.pstdev``
+    rounds it; ``math.sqrt`` of the fraction's float would round twice)."""
+    numerator, denominator = value.numerator, value.denominator
+    if not numerator:
+        return 0.0
+    # root = isqrt(numerator / denominator * 4**shift) / 2**shift with at least 56 bits, its last bit set when
+    # it is inexact (round to odd), so dividing by 2**shift rounds to the float nearest the true root.
+    shift = max(0, (56 * 2 - numerator.bit_length() + denominator.bit_length()) // 2 + 1)
+    scaled, rest = divmod(numerator << (2 * shift), denominator)
+    root = math.isqrt(scaled)
+    if rest or root * root != scaled:
+        root |= 1
+    return root / (1 << shift)
 
 
 class ExactSums:

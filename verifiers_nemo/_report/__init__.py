@@ -1,9 +1,12 @@
 """``verifiers-nemo report``: one self-contained HTML file from saved eval runs, and their export to
-inspect-ai's log format.
+inspect-ai's log format, in memory that does not grow with the rollouts.
 
-``runs`` (our run folders and verifiers' ``traces.jsonl``, read into one ``Rollout`` shape) →
-``stats`` (overview numbers, runs compared per task) → ``figures`` (plotly) → ``render`` (the HTML,
-with a jinja2 template) ; ``inspect_log`` writes an inspect-ai ``.eval`` log (the ``inspect`` extra).
+``runs`` (our run folders and verifiers' ``traces.jsonl``: ``source`` streams them a ``Rollout`` at a time,
+``records`` reads each) → ``tally`` (every figure's numbers, per run and environment; ``values`` for the
+distributions, ``stats`` for intervals, pass@k and runs compared per task) and ``selection`` (the rollouts the
+report embeds: all of a small run) → ``figures`` (plotly) → ``render`` (the HTML, with a jinja2 template; the
+shown rollouts' transcripts stream through ``details``) ; ``inspect_log`` writes an inspect-ai ``.eval`` log
+(the ``inspect`` extra).
 """
 
 from __future__ import annotations
@@ -11,13 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .runs import ReportError, Rollout, Run, load_run
-from .transcript import Strings
+from .errors import ReportError
+from .records import Rollout
+from .runs import Run, load_run
+from .selection import DEFAULT_MAX_ROLLOUTS
 
 REPORT_PACKAGES = ("plotly", "jinja2")
 REPORT_EXTRA = "pip install 'verifiers-nemo[report]'"
 
 __all__ = [
+    "DEFAULT_MAX_ROLLOUTS",
     "REPORT_EXTRA",
     "ReportError",
     "ReportFile",
@@ -36,6 +42,8 @@ class ReportFile:
     path: Path
     bytes: int
     rollouts: int
+    shown: int
+    """Rollouts in its table, with their transcripts (all of them unless a run has more than ``max_rollouts``)."""
     runs: list[Run]
     notes: list[str] = field(default_factory=list)
 
@@ -47,21 +55,25 @@ def missing_report_packages() -> list[str]:
     return [name for name in REPORT_PACKAGES if find_spec(name) is None]
 
 
-def write_report(paths: list[Path], output: Path, *, title: str | None = None) -> ReportFile:
+def write_report(
+    paths: list[Path], output: Path, *, title: str | None = None, max_rollouts: int | None = DEFAULT_MAX_ROLLOUTS
+) -> ReportFile:
     """Read the runs at ``paths`` (the first is the baseline of comparisons) and write their report to
-    ``output``. Raises ReportError for input it cannot use."""
-    from .render import build_html
+    ``output``, showing at most ``max_rollouts`` rollouts of each run (None: all; the figures count all).
+    Raises ReportError for input it cannot use."""
+    from .render import write_html
 
-    strings = Strings()
-    runs = [load_run(Path(p), strings) for p in paths]
+    runs = [load_run(Path(p), max_rollouts=max_rollouts, keep_tasks=len(paths) > 1) for p in paths]
     labels = [run.label for run in runs]
     for position, run in enumerate(runs):  # two folders of the same name stay apart
         if labels.count(run.label) > 1:
             run.label = f"{run.label} ({chr(65 + position)})"
     notes: list[str] = [f"{run.label}: {note}" for run in runs for note in run.notes]
-    html = build_html(runs, strings, title=title, notes=notes)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(output)
-    return ReportFile(output, output.stat().st_size, sum(len(r.rollouts) for r in runs), runs, notes)
+    try:
+        shown = write_html(runs, tmp, title=title, notes=notes)
+        tmp.replace(output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return ReportFile(output, output.stat().st_size, sum(run.total for run in runs), shown, runs, notes)

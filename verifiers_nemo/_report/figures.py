@@ -1,5 +1,8 @@
 """The report's plots, built with plotly and embedded as figure JSON (drawn by the plotly.js bundled
-in the file, so the report needs no network)."""
+in the file, so the report needs no network).
+
+A distribution is a list of values or a ``ValueTally`` (a run's streamed values: exact, or a uniform sample of a
+large run's, which the figure's title then says)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,10 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from .runs import Rollout
+from .values import ValueTally
+
+Values = Sequence[float] | ValueTally
+"""A distribution: its values, or a tally of them."""
 
 COLORS = ["#3366cc", "#dc6b19", "#2e9e5b", "#9b59b6", "#c0392b", "#16a085", "#7f8c8d", "#d4ac0d"]
 _LAYOUT: dict[str, Any] = {
@@ -70,10 +76,37 @@ BINS = 40
 """Bins of a histogram (at most, for whole numbers: each bin then holds a whole number of values)."""
 
 
-def _edges(values: Sequence[float], whole: bool) -> list[float]:
-    """Shared bin edges. ``whole``: bins of a whole number of integers, centred on them (a bin of one
-    integer n spans n - 0.5 to n + 0.5), so a count never falls between ticks."""
-    low, high = min(values), max(values)
+class _Held:
+    """What a figure draws of one distribution: ascending (value, count) pairs, and whether they are a sample."""
+
+    def __init__(self, values: Values, skip_zero: bool = False) -> None:
+        if isinstance(values, ValueTally):
+            self.pairs = values.weighted(skip_zero=skip_zero)
+            self.sampled, self.held, self.count = values.sampled, values.held, values.count
+            exact_ends = not skip_zero and values.count
+            self.low = values.spread.min if exact_ends else (self.pairs[0][0] if self.pairs else None)
+            self.high = values.spread.max if exact_ends else (self.pairs[-1][0] if self.pairs else None)
+        else:
+            self.pairs = sorted(Counter(v for v in values if not (skip_zero and v == 0)).items())
+            self.sampled, self.held = False, len(values)
+            self.count = self.held
+            self.low = self.pairs[0][0] if self.pairs else None
+            self.high = self.pairs[-1][0] if self.pairs else None
+
+
+def _sample_note(held: Sequence[_Held]) -> str:
+    """The title's note on sampled distributions ("" when every value is drawn)."""
+    sampled = [h for h in held if h.sampled]
+    if not sampled:
+        return ""
+    if len(held) == 1:
+        return f" (a uniform sample of {sampled[0].held:,} of {sampled[0].count:,})"
+    return f" (a uniform sample of {sampled[0].held:,} values of a run that has more)"
+
+
+def _edges(low: float, high: float, whole: bool) -> list[float]:
+    """Shared bin edges from ``low`` to ``high``. ``whole``: bins of a whole number of integers, centred on them
+    (a bin of one integer n spans n - 0.5 to n + 0.5), so a count never falls between ticks."""
     if whole:
         first, last = math.floor(low), math.ceil(high)
         size = max(1, math.ceil((last - first + 1) / BINS))
@@ -85,22 +118,22 @@ def _edges(values: Sequence[float], whole: bool) -> list[float]:
     return [low + i * width for i in range(BINS)] + [high]
 
 
-def _histogram(values: Sequence[float], edges: Sequence[float]) -> list[int]:
+def _histogram(pairs: Sequence[tuple[float, int]], edges: Sequence[float]) -> list[int]:
     tally = [0] * (len(edges) - 1)
     width = (edges[-1] - edges[0]) / len(tally)
-    for value in values:
-        tally[min(len(tally) - 1, max(0, int((value - edges[0]) // width)))] += 1
+    for value, count in pairs:
+        tally[min(len(tally) - 1, max(0, int((value - edges[0]) // width)))] += count
     return tally
 
 
 def _histogram_traces(
-    groups: Sequence[tuple[str, Sequence[float]]], whole: bool, digits: int = 3
+    groups: Sequence[tuple[str, _Held]], whole: bool, digits: int = 3
 ) -> tuple[list[Any], dict[str, Any], int]:
     """Bars of each run's values over shared bins (overlaid), the x axis they need, and the tallest bar."""
-    every = [v for _, values in groups for v in values]
-    if not every:
+    ends = [(held.low, held.high) for _, held in groups if held.pairs]
+    if not ends:
         return [], {}, 0
-    edges = _edges(every, whole)
+    edges = _edges(min(low for low, _ in ends), max(high for _, high in ends), whole)  # type: ignore[type-var]
     lows, highs = edges[:-1], edges[1:]
     centres = [(a + b) / 2 for a, b in zip(lows, highs, strict=True)]
     if whole:
@@ -111,8 +144,8 @@ def _histogram_traces(
     else:
         spans = [f"{a:.{digits}g} to {b:.{digits}g}" for a, b in zip(lows, highs, strict=True)]
     traces, tallest = [], 0
-    for label, values in groups:
-        tally = _histogram(values, edges)
+    for label, held in groups:
+        tally = _histogram(held.pairs, edges)
         tallest = max(tallest, *tally)
         traces.append(
             go.Bar(
@@ -139,25 +172,22 @@ def _r(values: Sequence[float], digits: int = 4) -> list[float]:
     return [round(v, digits) for v in values]
 
 
-def reward_distribution(groups: Sequence[tuple[str, Sequence[Rollout]]]) -> dict[str, Any]:
+def reward_distribution(groups: Sequence[tuple[str, Values]]) -> dict[str, Any]:
     """Scored rewards per run: bars of each value when few distinct values, else a histogram."""
-    values = {
-        label: [r.reward for r in rollouts if r.status == "scored" and r.reward is not None]
-        for label, rollouts in groups
-    }
-    distinct = {v for vs in values.values() for v in vs}
+    held = [(label, _Held(values)) for label, values in groups]
+    distinct = {v for _, h in held for v, _ in h.pairs}
     traces: list[Any] = []
     few = len(distinct) <= 12  # few distinct values: a bar each; else a histogram
     ordered = sorted(distinct)
     tallest = 0
     if few:
-        for label, vs in values.items():
-            counts = Counter(vs)
-            traces.append(go.Bar(x=[f"{v:g}" for v in ordered], y=[counts[v] for v in ordered], name=label))
+        for label, h in held:
+            counts = dict(h.pairs)
+            traces.append(go.Bar(x=[f"{v:g}" for v in ordered], y=[counts.get(v, 0) for v in ordered], name=label))
             tallest = max([tallest, *counts.values()])
         xaxis: dict[str, Any] = {"title": "reward", "type": "category"}
     else:
-        traces, _, tallest = _histogram_traces(list(values.items()), whole=False, digits=4)
+        traces, _, tallest = _histogram_traces(held, whole=False, digits=4)
         xaxis = {"title": "reward"}
     layout = {
         "barmode": "group" if few else "overlay",
@@ -165,7 +195,7 @@ def reward_distribution(groups: Sequence[tuple[str, Sequence[Rollout]]]) -> dict
         "xaxis": xaxis,
         "yaxis": _count_axis(tallest, title="rollouts"),
     }
-    return _figure(traces, "Reward (scored rollouts)", **layout)
+    return _figure(traces, "Reward (scored rollouts)" + _sample_note([h for _, h in held]), **layout)
 
 
 def pass_curves(curves: Sequence[tuple[str, dict[str, list[Any]]]], threshold: float) -> dict[str, Any]:
@@ -236,14 +266,16 @@ def failures(rows: Sequence[tuple[str, dict[str, int], dict[str, int]]]) -> dict
 
 
 def distribution(
-    groups: Sequence[tuple[str, Sequence[float]]], title: str, axis: str, *, counts: bool = False
+    groups: Sequence[tuple[str, Values]], title: str, axis: str, *, counts: bool = False, skip_zero: bool = False
 ) -> dict[str, Any]:
     """A histogram per run (overlaid, over shared bins; the y axis counts rollouts or calls in whole
-    numbers). ``counts``: the values are whole numbers (policy calls, tokens): integer bins, integer ticks."""
-    traces, xaxis, tallest = _histogram_traces(groups, whole=counts)
+    numbers). ``counts``: the values are whole numbers (policy calls, tokens): integer bins, integer ticks.
+    ``skip_zero``: leave zeros out (no output tokens: nothing was generated)."""
+    held = [(label, _Held(values, skip_zero)) for label, values in groups]
+    traces, xaxis, tallest = _histogram_traces(held, whole=counts)
     return _figure(
         traces,
-        title,
+        title + _sample_note([h for _, h in held]),
         barmode="overlay",
         bargap=0,
         xaxis={"title": axis, **xaxis},

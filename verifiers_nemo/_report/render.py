@@ -1,21 +1,25 @@
-"""One self-contained HTML file from loaded runs: a jinja2 template, the plotly.js bundle, the figures
-and every rollout as compact JSON (transcripts gzip-compressed, unpacked by the browser when first
-opened), so it opens with no network and stays small for 10,000 rollouts."""
+"""One self-contained HTML file from loaded runs: a jinja2 template, the plotly.js bundle, the figures (from
+each run's streamed tally) and the shown rollouts as compact JSON (their transcripts gzip-compressed, unpacked
+by the browser when first opened). The rollouts are read back one at a time while the file is written, so it
+opens with no network and neither it nor its writing grows past the rollouts it shows."""
 
 from __future__ import annotations
 
 import base64
 import gzip
 import json
-import math
 from collections.abc import Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from . import figures
-from .runs import ReportError, Rollout, Run
-from .stats import compare, overview
-from .transcript import Strings
+from .details import DetailsWriter, clean
+from .errors import ReportError
+from .records import Rollout
+from .runs import Run
+from .stats import compare
+from .tally import ScopeTally
 
 ROW_COLUMNS = [
     "run",
@@ -39,42 +43,36 @@ def _scopes(runs: Sequence[Run]) -> list[str]:
     return [ALL, *envs] if len(envs) > 1 else envs
 
 
-def _in_scope(run: Run, scope: str) -> list[Rollout]:
-    return run.rollouts if scope == ALL else [r for r in run.rollouts if r.env == scope]
+def _in_scope(run: Run, scope: str) -> ScopeTally | None:
+    return run.tally.overall if scope == ALL else run.tally.by_env.get(scope)
 
 
 def _overview_of(runs: Sequence[Run], scope: str) -> dict[str, Any]:
-    present = [(run, _in_scope(run, scope)) for run in runs]
-    present = [(run, rollouts) for run, rollouts in present if rollouts]
-    stats = [(run, overview(rollouts, run.pass_threshold)) for run, rollouts in present]
+    present = [(run, tally) for run in runs if (tally := _in_scope(run, scope)) is not None and tally.rollouts]
+    stats = [(run, tally.overview()) for run, tally in present]
     labels = [(f"{chr(65 + runs.index(run))}: " if len(runs) > 1 else "") + run.label for run, _ in present]
     letters = {id(run): chr(65 + runs.index(run)) for run, _ in present}  # plots name runs A, B, ...
     figs: dict[str, Any] = {
-        "reward": figures.reward_distribution([(letters[id(run)], rollouts) for run, rollouts in present]),
+        "reward": figures.reward_distribution([(letters[id(run)], tally.reward) for run, tally in present]),
         "pass": figures.pass_curves([(letters[id(run)], s["pass"]) for run, s in stats], present[0][0].pass_threshold),
     }
     if any(s["metrics"] for _, s in stats):
         figs["metrics"] = figures.metric_means([(letters[id(run)], s["metrics"]) for run, s in stats])
     if any(s["errors"] or s["masked_by_kind"] for _, s in stats):
         figs["failures"] = figures.failures([(letters[id(run)], s["errors"], s["masked_by_kind"]) for run, s in stats])
-    latency = [
-        (letters[id(run)], [r.latency_s for r in rollouts if r.latency_s is not None]) for run, rollouts in present
-    ]
-    if any(values for _, values in latency):
+    latency = [(letters[id(run)], tally.latency) for run, tally in present]
+    if any(values.count for _, values in latency):
         figs["latency"] = figures.distribution(latency, "Rollout latency", "seconds")
-    calls = [(letters[id(run)], [x for r in rollouts for x in r.call_latencies]) for run, rollouts in present]
-    if any(values for _, values in calls):
+    calls = [(letters[id(run)], tally.call_latency) for run, tally in present]
+    if any(values.count for _, values in calls):
         figs["call_latency"] = figures.distribution(calls, "Policy call latency", "seconds")
-    tokens = [
-        (letters[id(run)], [float(r.output_tokens) for r in rollouts if r.output_tokens]) for run, rollouts in present
-    ]
-    if any(values for _, values in tokens):
-        figs["tokens"] = figures.distribution(tokens, "Output tokens per rollout", "tokens", counts=True)
+    tokens = [(letters[id(run)], tally.output_tokens) for run, tally in present]
+    if any(values.weighted(skip_zero=True) for _, values in tokens):
+        figs["tokens"] = figures.distribution(
+            tokens, "Output tokens per rollout", "tokens", counts=True, skip_zero=True
+        )
     figs["turns"] = figures.distribution(
-        [(letters[id(run)], [float(r.turns) for r in rollouts]) for run, rollouts in present],
-        "Policy calls per rollout",
-        "calls",
-        counts=True,
+        [(letters[id(run)], tally.turns) for run, tally in present], "Policy calls per rollout", "calls", counts=True
     )
     return {"labels": labels, "stats": [s for _, s in stats], "figs": figs}
 
@@ -109,28 +107,8 @@ def _detail(rollout: Rollout) -> dict[str, Any]:
 
 def _script_json(value: Any) -> str:
     """JSON safe inside a <script> element."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_finite)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
-
-
-def _finite(value: Any) -> Any:
-    raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def _clean(value: Any) -> Any:
-    """NaN and infinities as null (JSON has none)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _packed(value: Any) -> str:
-    raw = json.dumps(_clean(value), ensure_ascii=False, separators=(",", ":")).encode()
-    return base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
 
 
 def judge_note(runs: Sequence[Run]) -> str | None:
@@ -143,13 +121,12 @@ def judge_note(runs: Sequence[Run]) -> str | None:
     return " ".join(parts) or None
 
 
-def build_html(
-    runs: Sequence[Run], strings: Strings, *, title: str | None = None, notes: list[str] | None = None
-) -> str:
-    """The report of ``runs`` (the first is the baseline of comparisons) as one HTML document.
+_DETAILS_MARK = "\x00details\x00"
 
-    ``strings`` is the table the runs' transcripts refer to (shared when loading them); what the
-    reader should know about the comparisons is added to ``notes``."""
+
+def write_html(runs: Sequence[Run], output: Path, *, title: str | None = None, notes: list[str] | None = None) -> int:
+    """Write the report of ``runs`` (the first is the baseline of comparisons) to ``output``; returns how many
+    rollouts it shows. What the reader should know about the comparisons is added to ``notes``."""
     import jinja2
     import plotly.offline
 
@@ -167,40 +144,57 @@ def build_html(
         comparisons.append(comparison)
         if notes is not None:
             notes.extend(f"{other.label} vs {runs[0].label}: {note}" for note in comparison["notes"])
-    data = {
-        "runs": [
-            {
-                "label": run.label,
-                "source": run.source,
-                "info": run.info,
-                "notes": run.notes,
-                "judges": run.judges,
-                "threshold": run.pass_threshold,
-                "rollouts": len(run.rollouts),
-            }
-            for run in runs
-        ],
-        "judge_note": judge_note(runs),
-        "scopes": scopes,
-        "overview": {scope: _overview_of(runs, scope) for scope in scopes},
-        "compare": comparisons,
-        "columns": ROW_COLUMNS,
-        "rows": [_row(i, r) for i, run in enumerate(runs) for r in run.rollouts],
-    }
-    details = {"S": strings.items, "D": [_detail(r) for run in runs for r in run.rollouts]}
-    here = resources.files(__package__)
-    environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    template = environment.from_string((here / "templates" / "report.html.j2").read_text())
-    plotly_js = plotly.offline.get_plotlyjs()
-    return template.render(
-        title=title or ("Eval report: " + " vs ".join(run.label for run in runs)),
-        css=(here / "templates" / "report.css").read_text(),
-        js=(here / "templates" / "report.js").read_text(),
-        data=_script_json(_clean(data)),
-        details=_packed(details),
-        plotly=_packed_text(plotly_js),
-        rollouts=len(data["rows"]),
-    )
+    rows: list[list[Any]] = []
+    with DetailsWriter() as details:
+        shown = []
+        for index, run in enumerate(runs):
+            for rollout in run.shown(details.strings):
+                rows.append(_row(index, rollout))
+                details.add(_detail(rollout))
+            shown.append(len(rows) - sum(shown))
+        details.finish()
+        data = {
+            "runs": [
+                {
+                    "label": run.label,
+                    "source": run.source,
+                    "info": run.info,
+                    "notes": run.notes,
+                    "judges": run.judges,
+                    "threshold": run.pass_threshold,
+                    "rollouts": run.total,
+                    "shown": count,
+                    "choice": run.choice.describe(count),
+                }
+                for run, count in zip(runs, shown, strict=True)
+            ],
+            "judge_note": judge_note(runs),
+            "scopes": scopes,
+            "overview": {scope: _overview_of(runs, scope) for scope in scopes},
+            "compare": comparisons,
+            "columns": ROW_COLUMNS,
+            "rows": rows,
+        }
+        here = resources.files(__package__)
+        environment = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+        template = environment.from_string((here / "templates" / "report.html.j2").read_text())
+        total = sum(run.total for run in runs)
+        html = template.render(
+            title=title or ("Eval report: " + " vs ".join(run.label for run in runs)),
+            css=(here / "templates" / "report.css").read_text(),
+            js=(here / "templates" / "report.js").read_text(),
+            data=_script_json(clean(data)),
+            details=_DETAILS_MARK,
+            plotly=_packed_text(plotly.offline.get_plotlyjs()),
+            rollouts=f"{len(rows):,}" if len(rows) == total else f"{len(rows):,} of {total:,}",
+        )
+        head, tail = html.split(_DETAILS_MARK)
+        with open(output, "w", encoding="utf-8") as out:
+            out.write(head)
+            for chunk in details.base64_chunks():
+                out.write(chunk)
+            out.write(tail)
+    return len(rows)
 
 
 def _packed_text(text: str) -> str:

@@ -1,5 +1,5 @@
-"""The report's numbers: per run and environment (reward, pass@k/pass^k over every k, metric means
-with confidence intervals, failures by kind, latency and tokens) and runs compared task by task.
+"""The report's statistics: confidence intervals over tasks, pass@k/pass^k over every k, and runs compared task
+by task (the per-run figures are taken rollout by rollout in ``tally.py``).
 
 The pass@k estimators are the eval's own (``_eval.stats``). Confidence intervals treat tasks as the
 unit (a task's rollouts are not independent draws) and stay within what they estimate can be: where every
@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
-from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._eval.exact import ExactSum
 from .._eval.stats import pass_at_k, pass_power_k
-from .runs import ReportError, Rollout, Run
+from .errors import ReportError
+
+if TYPE_CHECKING:
+    from .runs import Run
 
 MAX_K_POINTS = 64
 """pass@k is drawn for every k up to this many rollouts per task, then on powers of two."""
@@ -43,15 +46,16 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
 
 
 def bootstrap_interval(
-    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+    values: Sequence[float] | Counter[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float, float]:
     """The 95% percentile bootstrap interval of the mean of ``values`` (resampled with replacement, seeded).
 
-    Resampling n values is a multinomial draw over the distinct values, so few distinct values (rewards,
-    pass shares) cost a few binomial draws per resample whatever n is."""
-    n = len(values)
+    ``values``: a list, or a multiset (``Counter``: value → how many tasks have it); the interval depends only on
+    the multiset, not on the order the tasks came in. Resampling n values is a multinomial draw over the distinct
+    values, so few distinct values (rewards, pass shares) cost a few binomial draws per resample whatever n is."""
+    counts = values if isinstance(values, Counter) else Counter(values)
+    n = counts.total()
     rng = random.Random(seed)
-    counts = Counter(values)
     distinct = sorted(counts)
     means: list[float] = []
     if len(distinct) * 8 <= n:
@@ -65,7 +69,7 @@ def bootstrap_interval(
                 mass -= share
             means.append((total + left * distinct[-1]) / n)
     else:
-        population = list(values)
+        population = [value for value in distinct for _ in range(counts[value])]
         for _ in range(max(200, min(resamples, _BOOTSTRAP_DRAWS // n))):
             means.append(math.fsum(rng.choices(population, k=n)) / n)
     means.sort()
@@ -73,25 +77,38 @@ def bootstrap_interval(
     return means[round(0.025 * last)], means[round(0.975 * last)]
 
 
+def multiset_mean(counts: Counter[float]) -> float:
+    """The mean of a multiset of finite floats, rounded once (``math.fsum`` of the values over their count)."""
+    total = ExactSum()
+    for value, times in counts.items():
+        numerator, denominator = value.as_integer_ratio()
+        total.add_ratio(numerator * times, denominator.bit_length() - 1)
+    return total.total / counts.total()
+
+
 def mean_interval(
-    values: Sequence[float], *, proportion: bool = True
+    values: Sequence[float] | Counter[float], *, proportion: bool = True
 ) -> tuple[float | None, float | None, float | None, str | None]:
     """``(mean, low, high, method)``: the mean over tasks and its 95% interval (``method`` names it: ``WILSON``
     when every value is 0 or 1 and ``proportion`` allows reading them as pass/fail, else ``BOOTSTRAP``); no
-    interval for fewer than 2 values. Differences (B - A) are no proportion: ``proportion=False``."""
-    if not values:
+    interval for fewer than 2 values. ``values``: a list or a multiset (``Counter``). Differences (B - A) are no
+    proportion: ``proportion=False``."""
+    counts = values if isinstance(values, Counter) else Counter(values)
+    n = counts.total()
+    if not n:
         return None, None, None, None
-    mean = math.fsum(values) / len(values)
-    if len(values) < 2:
+    mean = multiset_mean(counts)
+    if n < 2:
         return mean, None, None, None
-    if proportion and all(v in (0.0, 1.0) for v in values):
-        low, high = wilson_interval(sum(v == 1.0 for v in values), len(values))
+    if proportion and all(v in (0.0, 1.0) for v in counts):
+        low, high = wilson_interval(counts[1.0], n)
         return mean, low, high, WILSON
-    low, high = bootstrap_interval(values)
+    low, high = bootstrap_interval(counts)
     return mean, low, high, BOOTSTRAP
 
 
-def _is_identifier(name: str) -> bool:
+def is_identifier(name: str) -> bool:
+    """Whether a metric's name says it is an identifier (``id``, ``question_id``, ...): not averaged."""
     lowered = name.lower()
     return lowered in ("id", "idx", "index") or lowered.endswith(("_id", "_idx", "_index"))
 
@@ -108,100 +125,28 @@ def k_values(max_n: int) -> list[int]:
     return ks
 
 
-def _by_task(rollouts: Sequence[Rollout]) -> dict[tuple[str, str], list[Rollout]]:
-    groups: dict[tuple[str, str], list[Rollout]] = defaultdict(list)
-    for rollout in rollouts:
-        groups[(rollout.env, rollout.task)].append(rollout)
-    return groups
-
-
-def pass_curves(rollouts: Sequence[Rollout], threshold: float) -> dict[str, list[Any]]:
-    """pass@k and pass^k over k (unbiased, per task over its scored rollouts, averaged over the tasks
-    with at least k of them), and how many tasks each k averages."""
-    counts = []
-    for group in _by_task(rollouts).values():
-        scored = [r.reward for r in group if r.status == "scored" and r.reward is not None]
-        if scored:
-            counts.append((len(scored), sum(reward >= threshold for reward in scored)))
-    if not counts:
-        return {"k": [], "pass_at": [], "pass_power": [], "tasks": []}
+def pass_curves(counts: Counter[tuple[int, int]]) -> dict[str, list[Any]]:
+    """pass@k and pass^k over k (unbiased, per task over its scored rollouts, averaged over the tasks with at
+    least k of them), and how many tasks each k averages. ``counts``: per task with a scored rollout, its
+    (scored, correct), as a multiset."""
     out: dict[str, list[Any]] = {"k": [], "pass_at": [], "pass_power": [], "tasks": []}
+    if not counts:
+        return out
     for k in k_values(max(n for n, _ in counts)):
-        eligible = [(n, c) for n, c in counts if n >= k]
+        eligible = [(n, c, times) for (n, c), times in counts.items() if n >= k]
+        tasks = sum(times for _, _, times in eligible)
         out["k"].append(k)
-        out["pass_at"].append(math.fsum(pass_at_k(n, c, k) for n, c in eligible) / len(eligible))
-        out["pass_power"].append(math.fsum(pass_power_k(n, c, k) for n, c in eligible) / len(eligible))
-        out["tasks"].append(len(eligible))
+        out["pass_at"].append(_weighted_mean([(pass_at_k(n, c, k), times) for n, c, times in eligible], tasks))
+        out["pass_power"].append(_weighted_mean([(pass_power_k(n, c, k), times) for n, c, times in eligible], tasks))
+        out["tasks"].append(tasks)
     return out
 
 
-def overview(rollouts: Sequence[Rollout], threshold: float) -> dict[str, Any]:
-    """The overview numbers of a set of rollouts (a run, or one environment of it)."""
-    scored = [r for r in rollouts if r.status == "scored" and r.reward is not None]
-    groups = _by_task(scored)
-    reward_ci = mean_interval([math.fsum(r.reward for r in g) / len(g) for g in groups.values()])  # type: ignore[misc]
-    names = sorted({name for r in scored for name in r.metrics if not _is_identifier(name)})
-    metrics = []
-    for name in names:
-        per_task = [
-            math.fsum(values) / len(values)
-            for values in ([r.metrics[name] for r in g if name in r.metrics] for g in groups.values())
-            if values
-        ]
-        mean, low, high, method = mean_interval(per_task)
-        metrics.append({"name": name, "mean": mean, "low": low, "high": high, "method": method, "tasks": len(per_task)})
-    errors = Counter(r.kind or "error" for r in rollouts if r.status == "error")
-    masked = Counter(r.kind or "masked" for r in rollouts if r.status == "masked")
-    examples: dict[str, str] = {}
-    for r in rollouts:
-        if r.status != "scored" and r.kind and r.kind not in examples and r.message:
-            examples[r.kind] = r.message[:300]
-    recorded = [r for r in rollouts if r.recorded_reward is not None]
-    reproduced = sum(
-        1
-        for r in recorded
-        if r.status == "scored" and r.reward is not None and abs(r.reward - r.recorded_reward) <= 1e-6  # type: ignore[operator]
-    )
-    rewards = [r.reward for r in scored]
-    return {
-        "rollouts": len(rollouts),
-        "scored": len(scored),
-        "errored": sum(errors.values()),
-        "masked": sum(masked.values()),
-        "tasks": len(_by_task(rollouts)),
-        "reward": {
-            "mean": math.fsum(rewards) / len(rewards) if rewards else None,  # type: ignore[arg-type]
-            "task_mean": reward_ci[0],
-            "low": reward_ci[1],
-            "high": reward_ci[2],
-            "method": reward_ci[3],
-            "std": statistics.pstdev(rewards) if rewards else None,  # type: ignore[arg-type]
-            "min": min(rewards) if rewards else None,  # type: ignore[type-var]
-            "max": max(rewards) if rewards else None,  # type: ignore[type-var]
-        },
-        "pass": pass_curves(rollouts, threshold),
-        "threshold": threshold,
-        "metrics": metrics,
-        "errors": dict(errors.most_common()),
-        "masked_by_kind": dict(masked.most_common()),
-        "examples": examples,
-        "replay": {"compared": len(recorded), "reproduced": reproduced} if recorded else None,
-        "latency": _quantiles([r.latency_s for r in rollouts if r.latency_s is not None]),
-        "call_latency": _quantiles([x for r in rollouts for x in r.call_latencies]),
-        "output_tokens": _quantiles([float(r.output_tokens) for r in rollouts if r.output_tokens is not None]),
-        "turns": _quantiles([float(r.turns) for r in rollouts]),
-    }
-
-
-def _quantiles(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-
-    def q(p: float) -> float:
-        return ordered[min(len(ordered) - 1, int(p * (len(ordered) - 1) + 0.5))]
-
-    return {"mean": math.fsum(ordered) / len(ordered), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": ordered[-1]}
+def _weighted_mean(pairs: list[tuple[float, int]], n: int) -> float:
+    counts: Counter[float] = Counter()
+    for value, times in pairs:
+        counts[value] += times
+    return multiset_mean(counts) if n else math.nan
 
 
 # -- runs compared -----------------------------------------------------------------------------------
@@ -229,29 +174,33 @@ class TaskPair:
         return None if a == b else "fixed" if b else "broken"
 
 
-def _task_scores(run: Run) -> dict[tuple[str, str], tuple[float | None, float | None, int]]:
-    out = {}
-    for key, group in _by_task(run.rollouts).items():
-        rewards = [r.reward for r in group if r.status == "scored" and r.reward is not None]
-        if rewards:
-            mean = math.fsum(rewards) / len(rewards)  # type: ignore[arg-type]
-            correct = sum(x >= run.pass_threshold for x in rewards) / len(rewards)  # type: ignore[operator]
-            out[key] = (mean, correct, len(rewards))
-        else:
-            out[key] = (None, None, 0)
+TaskScores = Mapping[tuple[str, str], Sequence[Any]]
+"""(env, task) → [reward sum (``ExactSum``), scored, correct] of one run (``RunTally.task_scores``)."""
+MAX_TASK_ROWS = 10_000
+"""Tasks a comparison lists one by one (every flipped one first); its figures count them all."""
+
+
+def _task_scores(scores: TaskScores) -> dict[tuple[str, str], tuple[float | None, float | None, int]]:
+    out: dict[tuple[str, str], tuple[float | None, float | None, int]] = {}
+    for key, (total, scored, correct) in scores.items():
+        out[key] = (total.total / scored, correct / scored, scored) if scored else (None, None, 0)
     return out
 
 
-def compare(a: Run, b: Run) -> dict[str, Any]:
-    """Run ``b`` against run ``a`` on their common tasks: per task side by side, the flips, and the
-    difference in mean reward and pass@1 with a paired 95% interval over tasks.
+def compare(a: Run, b: Run, *, listed: int = MAX_TASK_ROWS) -> dict[str, Any]:
+    """Run ``b`` against run ``a`` on their common tasks (both loaded with ``keep_tasks``): per task side by side
+    (at most ``listed``: every flipped task first), the flips, and the difference in mean reward and pass@1
+    with a paired 95% interval over tasks.
 
     Raises ReportError when the runs share no task (the message names what each ran)."""
-    scores_a, scores_b = _task_scores(a), _task_scores(b)
+    if a.tally.task_scores is None or b.tally.task_scores is None:
+        raise ValueError("runs are compared task by task when loaded with keep_tasks=True")
+    a_label, a_threshold, b_label, b_threshold = a.label, a.pass_threshold, b.label, b.pass_threshold
+    scores_a, scores_b = _task_scores(a.tally.task_scores), _task_scores(b.tally.task_scores)
     common = sorted(set(scores_a) & set(scores_b), key=_task_order)
     if not common:
         raise ReportError(
-            f"{a.label} and {b.label} ran different tasks, so they cannot be compared task by task: "
+            f"{a_label} and {b_label} ran different tasks, so they cannot be compared task by task: "
             f"{_describe_tasks(scores_a)} vs {_describe_tasks(scores_b)}, none in common."
         )
     pairs = [TaskPair(env, task, *_pick(scores_a[(env, task)], scores_b[(env, task)])) for env, task in common]
@@ -262,19 +211,25 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
     notes = []
     if only_a or only_b:
         notes.append(
-            f"compared on the {len(common)} tasks both ran; {only_a} tasks only in {a.label}, "
-            f"{only_b} only in {b.label} are left out"
+            f"compared on the {len(common)} tasks both ran; {only_a} tasks only in {a_label}, "
+            f"{only_b} only in {b_label} are left out"
         )
     if len(both) < len(pairs):
         notes.append(
             f"{len(pairs) - len(both)} common tasks have no scored rollout in one of the runs; "
             "left out of the differences"
         )
-    if a.pass_threshold != b.pass_threshold:
-        notes.append(f"pass thresholds differ ({a.pass_threshold:g} vs {b.pass_threshold:g}); each run's own is used")
+    if a_threshold != b_threshold:
+        notes.append(f"pass thresholds differ ({a_threshold:g} vs {b_threshold:g}); each run's own is used")
+    shown = _listed(pairs, listed)
+    if len(shown) < len(pairs):
+        notes.append(
+            f"the per-task table and plot show {len(shown):,} of the {len(pairs):,} common tasks (the flipped "
+            "ones first, then the others in task order); the differences and flip counts are over all of them"
+        )
     return {
-        "a": a.label,
-        "b": b.label,
+        "a": a_label,
+        "b": b_label,
         "tasks": [
             {
                 "env": p.env,
@@ -287,8 +242,9 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
                 "b_n": p.b_n,
                 "flip": p.flip,
             }
-            for p in pairs
+            for p in shown
         ],
+        "common_tasks": len(pairs),
         "paired_tasks": len(both),
         "reward_diff": dict(zip(("mean", "low", "high", "method"), reward_diff, strict=True)),
         "pass1_diff": dict(zip(("mean", "low", "high", "method"), pass_diff, strict=True)),
@@ -296,6 +252,15 @@ def compare(a: Run, b: Run) -> dict[str, Any]:
         "broken": sum(p.flip == "broken" for p in pairs),
         "notes": notes,
     }
+
+
+def _listed(pairs: list[TaskPair], limit: int) -> list[TaskPair]:
+    """The pairs a comparison lists: all of them, or the flipped ones first and then the others, in task order."""
+    if len(pairs) <= limit:
+        return pairs
+    flipped = [i for i, p in enumerate(pairs) if p.flip][:limit]
+    others = [i for i, p in enumerate(pairs) if not p.flip][: limit - len(flipped)]
+    return [pairs[i] for i in sorted(flipped + others)]
 
 
 def _pick(

@@ -4,7 +4,7 @@ Three sources: our ``results.jsonl`` with ``--save-trace`` (each policy call's r
 the Responses or Chat Completions shape), our ``results.jsonl`` without it (the prompt and completion
 messages), and verifiers' ``traces.jsonl`` (a tree of message nodes and the calls that produced them).
 
-The shape (kept small, it is embedded in the report for every rollout)::
+The shape (kept small, it is embedded in the report for every rollout it shows)::
 
     {"m": [message, ...], "c": [call, ...], "tools": [name, ...]}
     message = {"r": role, "t": text, "rs": reasoning, "tc": [[name, arguments, id], ...],
@@ -13,7 +13,8 @@ The shape (kept small, it is embedded in the report for every rollout)::
             "p": "request parameters", "tok": [prompt tokens, completion tokens, mean logprob, min logprob]}
 
 Long texts go through a ``Strings`` table (many rollouts share a system prompt): a text field holds
-either the text or the index of it in the table.
+either the text or the index of it in the table. Without a table (``strings=None``: the report's figures read
+only counts and latencies) every text stays as it is.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class Strings:
             text = text[: self.limit] + f"\n… [{len(text) - self.limit:,} more characters not embedded in the report]"
         if len(text) < SHARED_MIN:
             return text
+        return self._index_of(text)
+
+    def _index_of(self, text: str) -> int:
         index = self._index.get(text)
         if index is None:
             index = self._index[text] = len(self.items)
@@ -54,6 +58,11 @@ class Strings:
     def text(self, value: str | int) -> str:
         """The text a field holds (itself, or the table's entry)."""
         return self.items[value] if isinstance(value, int) else value
+
+
+def ref(strings: Strings | None, text: str) -> str | int:
+    """``strings.ref(text)``; the text itself without a table (figures only, nothing embedded)."""
+    return text if strings is None else strings.ref(text)
 
 
 def text_of(content: Any) -> str:
@@ -84,7 +93,10 @@ def _arguments(value: Any) -> str:
 
 
 class _Builder:
-    def __init__(self, strings: Strings) -> None:
+    """Messages built with their texts as they are (merging needs them whole); ``finish`` puts the long ones in
+    the string table."""
+
+    def __init__(self, strings: Strings | None) -> None:
         self.strings = strings
         self.messages: list[dict[str, Any]] = []
 
@@ -100,11 +112,11 @@ class _Builder:
     ) -> None:
         message: dict[str, Any] = {"r": role}
         if text:
-            message["t"] = self.strings.ref(text)
+            message["t"] = text
         if reasoning:
-            message["rs"] = self.strings.ref(reasoning)
+            message["rs"] = reasoning
         if tool_calls:
-            message["tc"] = [[name, self.strings.ref(args), call_id] for name, args, call_id in tool_calls]
+            message["tc"] = [[name, args, call_id] for name, args, call_id in tool_calls]
         if tool_call_id:
             message["id"] = tool_call_id
         if call is not None:
@@ -114,7 +126,7 @@ class _Builder:
         if last is not None and call is not None and last.get("k") == call and last["r"] == role == "assistant":
             for key in ("t", "rs"):
                 if key in message and key in last:
-                    last[key] = self.strings.ref(self._text(last[key]) + "\n" + self._text(message[key]))
+                    last[key] = last[key] + "\n" + message[key]
                 elif key in message:
                     last[key] = message[key]
             if "tc" in message:
@@ -122,8 +134,15 @@ class _Builder:
             return
         self.messages.append(message)
 
-    def _text(self, value: str | int) -> str:
-        return self.strings.text(value)
+    def finish(self) -> list[dict[str, Any]]:
+        """The messages, each long text replaced by its place in the string table."""
+        for message in self.messages:
+            for key in ("t", "rs"):
+                if key in message:
+                    message[key] = ref(self.strings, message[key])
+            for tool_call in message.get("tc") or ():
+                tool_call[1] = ref(self.strings, tool_call[1])
+        return self.messages
 
     def chat_message(self, message: Mapping[str, Any], call: int | None = None) -> None:
         """A Chat Completions (or verifiers) message."""
@@ -199,7 +218,7 @@ def _error_text(error: Any) -> str | None:
     return str(error)
 
 
-def from_policy_calls(calls: Sequence[Mapping[str, Any]], strings: Strings) -> dict[str, Any]:
+def from_policy_calls(calls: Sequence[Mapping[str, Any]], strings: Strings | None) -> dict[str, Any]:
     """The transcript of a rollout saved with ``--save-trace``: each call's new input, then its reply."""
     builder = _Builder(strings)
     out_calls: list[dict[str, Any]] = []
@@ -247,22 +266,22 @@ def from_policy_calls(calls: Sequence[Mapping[str, Any]], strings: Strings) -> d
             entry["fin"] = call["finish_reason"]
         error = _error_text(call.get("error"))
         if error:
-            entry["err"] = strings.ref(error)
+            entry["err"] = ref(strings, error)
         if call.get("attempts") and call["attempts"] > 1:
             entry["att"] = call["attempts"]
         params = _params(request)
         if params:
-            entry["p"] = strings.ref(params)
+            entry["p"] = ref(strings, params)
         tok = _token_summary(
             call.get("prompt_token_ids"), call.get("completion_token_ids"), call.get("completion_logprobs")
         )
         if tok:
             entry["tok"] = tok
         out_calls.append(entry)
-    return {"m": builder.messages, "c": out_calls, "tools": tools}
+    return {"m": builder.finish(), "c": out_calls, "tools": tools}
 
 
-def from_messages(prompt: Iterable[Any], completion: Iterable[Any], strings: Strings) -> dict[str, Any]:
+def from_messages(prompt: Iterable[Any], completion: Iterable[Any], strings: Strings | None) -> dict[str, Any]:
     """The transcript of a rollout saved without its policy calls: prompt and completion messages,
     each assistant message numbered as one reply."""
     builder = _Builder(strings)
@@ -278,10 +297,10 @@ def from_messages(prompt: Iterable[Any], completion: Iterable[Any], strings: Str
             turn += 1
         else:
             builder.chat_message(message)
-    return {"m": builder.messages, "c": [], "tools": []}
+    return {"m": builder.finish(), "c": [], "tools": []}
 
 
-def from_trace_nodes(trace: Mapping[str, Any], strings: Strings) -> dict[str, Any]:
+def from_trace_nodes(trace: Mapping[str, Any], strings: Strings | None) -> dict[str, Any]:
     """The transcript of a verifiers trace: its message nodes in order, each reply tied to its call."""
     builder = _Builder(strings)
     calls = [c for c in trace.get("calls") or [] if isinstance(c, Mapping)]
@@ -310,8 +329,8 @@ def from_trace_nodes(trace: Mapping[str, Any], strings: Strings) -> dict[str, An
             entry["fin"] = call["finish_reason"]
         params = " ".join(f"{k}={json.dumps(v)}" for k, v in (call.get("sampling") or {}).items() if v is not None)
         if params:
-            entry["p"] = strings.ref(params[:400])
-    return {"m": builder.messages, "c": out_calls, "tools": tools}
+            entry["p"] = ref(strings, params[:400])
+    return {"m": builder.finish(), "c": out_calls, "tools": tools}
 
 
 def _usage_into(entry: dict[str, Any], usage: Mapping[str, Any]) -> None:

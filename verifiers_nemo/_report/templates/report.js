@@ -6,6 +6,8 @@
   const COL = Object.fromEntries(DATA.columns.map((name, i) => [name, i]));
   const ROWS = DATA.rows;
   const MULTI_RUN = DATA.runs.length > 1;
+  const TOTAL = DATA.runs.reduce((sum, run) => sum + run.rollouts, 0);
+  const ALL_SHOWN = ROWS.length === TOTAL;
 
   // -- small helpers ------------------------------------------------------------------------------
   function el(tag, attrs, ...children) {
@@ -70,7 +72,8 @@
 
   // -- overview ------------------------------------------------------------------------------------
   document.getElementById("run-list").append(
-    ...DATA.runs.map((run, i) => el("div", {}, `${MULTI_RUN ? String.fromCharCode(65 + i) + ": " : ""}${run.label} · ${run.source} · ${count(run.rollouts)} rollouts`)),
+    ...DATA.runs.map((run, i) => el("div", {}, `${MULTI_RUN ? String.fromCharCode(65 + i) + ": " : ""}${run.label} · ${run.source} · ${count(run.rollouts)} rollouts`
+      + (run.shown < run.rollouts ? ` (${count(run.shown)} in the rollout table)` : ""))),
   );
   const scopeSelect = document.getElementById("scope");
   for (const scope of DATA.scopes) scopeSelect.append(el("option", { value: scope }, scope));
@@ -132,14 +135,18 @@
       ));
     }
     const dist = [["rollout latency (s)", "latency"], ["policy call latency (s)", "call_latency"], ["output tokens / rollout", "output_tokens"], ["policy calls / rollout", "turns"]];
+    const sampled = new Set();
     parts.push(el("h2", {}, "Latency and tokens"), table(
       ["", "run", "mean", "p50", "p90", "p99", "max"],
       dist.flatMap(([name, key]) => view.stats.map((s, i) => {
         const q = s[key];
-        return [i === 0 ? name : "", view.labels[i], ...(q ? [q.mean, q.p50, q.p90, q.p99, q.max].map((v) => fmt(v, 2)) : ["n/a", "", "", "", ""])];
+        if (q && q.sample) sampled.add(q.sample);
+        const mark = q && q.sample ? " *" : "";
+        return [i === 0 ? name : "", view.labels[i], ...(q ? [q.mean, q.p50, q.p90, q.p99, q.max].map((v, j) => fmt(v, 2) + (j >= 1 && j <= 3 ? mark : "")) : ["n/a", "", "", "", ""])];
       })),
       [2, 3, 4, 5, 6],
     ));
+    if (sampled.size) parts.push(el("p", { class: "muted", "data-part": "sampled" }, `* from a uniform sample of ${[...sampled].map(count).join(", ")} of the values (a seeded reservoir, as in the plots that say so); mean and max are over all of them.`));
     const judges = DATA.runs.flatMap((run) => Object.entries(run.judges || {}).map(([name, j]) => [run.label, name, j.target || "", count(j.calls), count(j.failed), count(j.input_tokens || 0), count(j.output_tokens || 0)]));
     parts.push(el("h2", {}, "Judge calls (apart from the policy's; not in its tokens)"));
     if (judges.length) parts.push(table(["run", "judge", "target", "calls", "failed", "tokens in", "tokens out"], judges, [3, 4, 5, 6]));
@@ -183,6 +190,8 @@
     if (label && values.length < 2) document.getElementById(label).hidden = true;
   }
   fillSelect("filter-run", DATA.runs.map((run, i) => [String(i), `${String.fromCharCode(65 + i)}: ${run.label}`]), "filter-run-label");
+  document.getElementById("shown-note").replaceChildren(...DATA.runs.filter((run) => run.choice).map((run) =>
+    el("p", { class: "muted", "data-part": "shown" }, `${MULTI_RUN ? run.label + ": " : ""}Showing ${run.choice}. Every figure and table of the overview counts all of them; verifiers-nemo report --max-rollouts N shows more.`)));
   fillSelect("filter-env", [...new Set(ROWS.map((r) => r[COL.env]))].sort().map((e) => [e]), "filter-env-label");
   fillSelect("filter-kind", [...new Set(ROWS.map((r) => r[COL.kind]).filter(Boolean))].sort().map((k) => [k]));
 
@@ -262,7 +271,7 @@
       th.textContent = headers.find(([, k]) => String(k) === key)?.[0] ?? th.textContent;
       if (key && key === state.sort) th.textContent += state.desc ? " ▼" : " ▲";
     }
-    document.getElementById("match-count").textContent = `${count(view.length)} matching of ${count(ROWS.length)} rollouts`;
+    document.getElementById("match-count").textContent = `${count(view.length)} matching of ${count(ROWS.length)} rollouts` + (ALL_SHOWN ? "" : ` shown (of ${count(TOTAL)})`);
     document.getElementById("page-info").textContent = `page ${state.page + 1} of ${pages}`;
   }
 
