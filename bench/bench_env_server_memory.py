@@ -143,7 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--batch", type=int, default=1000)
-    parser.add_argument("--traced-batches", type=int, default=3)
+    parser.add_argument("--traced-batches", type=int, default=3, help="0: no traced run")
     parser.add_argument("--traced-batch", type=int, default=500)
     parser.add_argument("--env", default="example_multi_step")
     add_json_flag(parser)
@@ -151,7 +151,11 @@ def main() -> None:
     config = env_config(args.env, api="chat")
     with tempfile.TemporaryDirectory(prefix="bench-env-server-memory-") as tmp, UpstreamThread(0.0) as up:
         plain = soak(Path(tmp), config, up.policy.base_url, args.batches, args.batch)
-        traces = traced(Path(tmp), config, up.policy.base_url, args.traced_batches, args.traced_batch)
+        traces = (
+            traced(Path(tmp), config, up.policy.base_url, args.traced_batches, args.traced_batch)
+            if args.traced_batches
+            else None
+        )
     print(f"\n{args.env} in verifiers' env server (one static worker), chat API, instant upstream")
     per = plain["bytes_per_episode"]
     print(
@@ -161,12 +165,14 @@ def main() -> None:
         if per is not None
         else "soak: too few batches for a slope"
     )
-    print(f"traced ({traces['ok']:,}/{traces['episodes']:,} ok): Python bytes still held per episode, by who allocated")
-    for package, value in sorted(traces["bytes_per_episode"].items()):
-        print(f"  {package:<45} {value:>10.1f} B/episode")
-    print("  largest growth by file (B/episode):")
-    for filename, value in traces["top_files"]:
-        print(f"    {value:>10.1f}  {filename}")
+    if traces is not None:
+        ok = f"{traces['ok']:,}/{traces['episodes']:,} ok"
+        print(f"traced ({ok}): Python bytes still held per episode, by who allocated")
+        for package, value in sorted(traces["bytes_per_episode"].items()):
+            print(f"  {package:<45} {value:>10.1f} B/episode")
+        print("  largest growth by file (B/episode):")
+        for filename, value in traces["top_files"]:
+            print(f"    {value:>10.1f}  {filename}")
     write_json(args.json, {"soak": plain, "traced": traces})
 
 
