@@ -248,6 +248,11 @@ async def test_a_resumed_run_summarises_its_rollouts_as_one_uninterrupted_run_wo
         assert resumed["summary"]["pass_at_k"] == {"1": 1.0, "2": 1.0, "4": 1.0}
         shown = [line for line in format_summary(resumed).splitlines() if not line.startswith("Timing")]
         assert shown == [line for line in format_summary(whole).splitlines() if not line.startswith("Timing")]
+        # the killed session saved no time of its own: the printed total says so instead of passing it off as all
+        killed, resuming = resumed["sessions"]
+        assert "wall_s" not in killed and resuming["wall_s"] > 0
+        (timing,) = [line for line in "".join(r.outputs[-2:]).splitlines() if line.startswith("Timing")]
+        assert "2 sessions" in timing and "not counting 1 that ended without saving its time (killed)" in timing
 
 
 def _without_timing(summary: dict[str, Any]) -> dict[str, Any]:

@@ -331,3 +331,11 @@ def test_resuming_a_folder_without_metadata_says_what_it_holds(tmp_path: Path) -
 
     with pytest.raises(ConfigurationError, match=rf"no metadata.json there.*{run.run_id}"):
         ResultsFolder.existing(run.path.parent)
+
+
+def test_a_session_killed_before_saving_its_time_is_counted_apart_from_the_total() -> None:
+    sessions = [{"started_at": 1.0}, {"wall_s": 20.0, "stack_start_s": 6.0, "rollouts": 10, "rollouts_s": 4.0}]
+
+    timing = timing_summary(sessions, 20.0)
+
+    assert timing["sessions"] == 2 and timing["total_wall_s"] == 20.0 and timing["sessions_untimed"] == 1

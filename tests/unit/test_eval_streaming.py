@@ -60,7 +60,9 @@ def _run(tasks: int, rng: random.Random, window: int = 16) -> Iterator[dict[str,
 
 
 def _settings(**overrides: Any) -> EvalSettings:
-    return EvalSettings(env="e", nemo_env="e", policy="replay", model="replay", rollouts_per_example=R, **overrides)
+    return EvalSettings(
+        **{"env": "e", "nemo_env": "e", "policy": "replay", "model": "replay", "rollouts_per_example": R, **overrides}
+    )
 
 
 def _deep_size(value: Any, seen: set[int] | None = None) -> int:
@@ -222,3 +224,21 @@ def test_a_taskset_whose_file_changed_says_so_when_a_task_is_built(tmp_path: Pat
 
     with pytest.raises(TasksetError, match="changed since its tasks were loaded"):
         tasks[1]
+
+
+def test_a_run_of_many_repeats_prints_a_bounded_line_of_their_means() -> None:
+    """-r 200000 must not print 200,000 means: the first and last few and their range; all are in metadata.json.
+    Counts print with thousands separators."""
+    repeats = 5_000
+    settings = _settings(num_examples=1, rollouts_per_example=repeats)
+    tally = RunTally(settings)
+    for rollout in range(repeats):
+        tally.add({"task_index": 0, "rollout_index": rollout, "reward": 0.0 if rollout == 7 else 1.0})
+
+    metadata = run_metadata({}, settings, None, repeats, tally, [])
+    (line,) = [line for line in format_summary(metadata).splitlines() if line.startswith("  by repeat")]
+
+    assert len(metadata["summary"]["reward_by_rollout_index"]) == repeats
+    assert line.endswith("(5,000 repeats: min 0.000, max 1.000; each in metadata.json)")
+    assert "1.000, 1.000, 1.000, 0.000, 1.000" in line and ", …, " in line and len(line) < 200
+    assert "Rollouts     5,000 of 5,000 (1 example x 5,000) · 5,000 scored" in format_summary(metadata)

@@ -22,6 +22,30 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
+BY_REPEAT_SHOWN = 16
+"""Repeats whose mean reward the summary prints one by one; more are summarised (all are in metadata.json)."""
+
+
+def _by_repeat(means: list[float | None]) -> str:
+    """Each repeat's mean reward; past ``BY_REPEAT_SHOWN`` repeats, the first and last few and their range."""
+    if len(means) <= BY_REPEAT_SHOWN:
+        return "[" + ", ".join(fmt(v) for v in means) + "]"
+    known = [v for v in means if v is not None]
+    head, tail = means[: BY_REPEAT_SHOWN - 4], means[-3:]
+    shown = ", ".join(fmt(v) for v in head) + ", …, " + ", ".join(fmt(v) for v in tail)
+    spread = f"min {fmt(min(known))}, max {fmt(max(known))}" if known else "none scored"
+    return f"[{shown}] ({len(means):,} repeats: {spread}; each in metadata.json)"
+
+
+def _sessions(timing: Mapping[str, Any]) -> str:
+    """How many sessions ran the run and their time together (sessions killed before saving theirs said apart)."""
+    text = f"{timing['sessions']} sessions, {fmt_seconds(timing['total_wall_s'])} in all"
+    untimed = timing.get("sessions_untimed") or 0
+    if untimed:
+        text += f", not counting {untimed} that ended without saving its time (killed)"
+    return text
+
+
 def format_summary(metadata: Mapping[str, Any]) -> str:
     """The printed end-of-run summary."""
     s, settings, counts = metadata["summary"], metadata["settings"], metadata["counts"]
@@ -36,11 +60,11 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
     row("Model", f"{metadata['model']} {where}")
     row(
         "Rollouts",
-        f"{rollouts['total']} of {counts['expected']} "
-        f"({plural(rollouts['examples'], 'example')} x {settings['rollouts_per_example']})",
-        f"{rollouts['scored']} scored",
-        f"{rollouts['errored']} errored",
-        *([f"{rollouts['masked']} masked"] if rollouts.get("masked") else []),
+        f"{rollouts['total']:,} of {counts['expected']:,} "
+        f"({plural(rollouts['examples'], 'example')} x {settings['rollouts_per_example']:,})",
+        f"{rollouts['scored']:,} scored",
+        f"{rollouts['errored']:,} errored",
+        *([f"{rollouts['masked']:,} masked"] if rollouts.get("masked") else []),
     )
     gym_version = (metadata.get("versions") or {}).get("nemo-gym")
     if gym_version:
@@ -58,10 +82,10 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
             *([f"{own['rollouts']['masked']} masked"] if own["rollouts"].get("masked") else []),
         )
     if len(s["reward_by_rollout_index"]) > 1:
-        row("  by repeat", "[" + ", ".join(fmt(v) for v in s["reward_by_rollout_index"]) + "]")
+        row("  by repeat", _by_repeat(s["reward_by_rollout_index"]))
     if s["pass_at_k"]:
-        row("pass@k", *(f"pass@{k} {fmt(v)}" for k, v in s["pass_at_k"].items()))
-        row("pass^k", *(f"pass^{k} {fmt(v)}" for k, v in s["pass_power_k"].items()))
+        row("pass@k", _wrap([f"pass@{k} {fmt(v)}" for k, v in s["pass_at_k"].items()], 13))
+        row("pass^k", _wrap([f"pass^{k} {fmt(v)}" for k, v in s["pass_power_k"].items()], 13))
         partial = [f"k={k}: {n}" for k, n in s["pass_k_examples"].items() if n < rollouts["examples"]]
         note = f"; over examples with >= k scored rollouts ({', '.join(partial)})" if partial else ""
         row("", f"correct = reward >= {s['pass_threshold']:g}{note}")
@@ -102,14 +126,14 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         f"stack start {fmt_seconds(timing.get('stack_start_s'))}",
         f"{fmt(rate, 2) if rate else 'n/a'} rollouts/s",
         f"mean rollout {fmt_seconds(s['latency']['mean_rollout_s'])}",
-        *([f"{sessions} sessions, {fmt_seconds(timing['total_wall_s'])} in all"] if sessions > 1 else []),
+        *([_sessions(timing)] if sessions > 1 else []),
     )
     replay = s.get("replay")
     if replay:
         verdict = "all reproduced" if replay["reproduced"] == replay["compared"] else "MISMATCH"
         row(
             "Replay",
-            f"{replay['reproduced']}/{replay['compared']} rewards equal the recorded ones ({verdict})",
+            f"{replay['reproduced']:,}/{replay['compared']:,} rewards equal the recorded ones ({verdict})",
             *([f"{replay['masked']} masked (not compared)"] if replay.get("masked") else []),
         )
         for m in replay["mismatches"][:5]:

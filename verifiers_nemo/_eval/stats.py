@@ -303,7 +303,8 @@ def replay_agreement(
 
 
 def timing_summary(sessions: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
-    """The timing block of a summary: this invocation's wall time, stack start and throughput."""
+    """The timing block of a summary: this invocation's wall time, stack start and throughput, and the sessions'
+    total (``sessions_untimed``: earlier sessions that ended, killed, before saving their time: not in the total)."""
     current = sessions[-1] if sessions else {}
     rollouts, rollouts_s = current.get("rollouts") or 0, current.get("rollouts_s")
     return {
@@ -313,4 +314,5 @@ def timing_summary(sessions: Sequence[Mapping[str, Any]], wall_s: float) -> dict
         "rollouts_per_s": rollouts / rollouts_s if rollouts and rollouts_s else None,
         "sessions": len(sessions),
         "total_wall_s": math.fsum(s.get("wall_s") or 0.0 for s in sessions),
+        "sessions_untimed": sum(1 for s in sessions[:-1] if s.get("wall_s") is None),
     }
