@@ -102,7 +102,7 @@
           el("span", { class: s.masked ? "status-masked" : null }, count(s.masked)),
           fmt(s.reward.mean), ciWith(s.reward),
           fmt(s.pass.pass_at[0]),
-          s.replay ? `${s.replay.reproduced}/${s.replay.compared} reproduced` : "",
+          s.replay ? `${count(s.replay.reproduced)}/${count(s.replay.compared)} reproduced` : "",
         ]),
         [1, 2, 3, 4, 5, 6, 8],
       ),
