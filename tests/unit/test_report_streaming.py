@@ -272,3 +272,14 @@ def test_a_distribution_is_exact_until_its_sample_size_then_a_seeded_uniform_sam
         switching.add(0.5 if i < 600 else float(i))
     assert switching.sampled and switching.held == 500 and switching.count == 600 + DISTINCT_LIMIT
     assert Counter(v for v, c in switching.weighted() for _ in range(c))[0.5] > 100, "a uniform sample of them all"
+
+
+def test_max_rollouts_0_shows_no_rollout_and_says_the_figures_only() -> None:
+    from verifiers_nemo._report.selection import RolloutChoice
+
+    choice = RolloutChoice(0)
+    for index in range(5):
+        choice.offer(Rollout(env="e", task="t", rollout_index=index, status="error", kind="timeout"), index)
+
+    assert choice.chosen() == []
+    assert choice.describe(0) == "0 of 5 rollouts (--max-rollouts 0: the figures only)"

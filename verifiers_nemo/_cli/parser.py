@@ -349,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--max-rollouts", type=_non_negative_int, default=DEFAULT_MAX_ROLLOUTS, metavar="N",
         help=f"rollouts of each run shown in the table, with transcripts (default {DEFAULT_MAX_ROLLOUTS:,}; a larger "
-        "run shows N of whole tasks picked at random plus examples of each failure; every figure counts all)",
+        "run shows N of whole tasks picked at random plus examples of each failure; 0: none; every figure counts all)",
     )  # fmt: skip
 
     ex = _command(commands, "export", cmd_export)

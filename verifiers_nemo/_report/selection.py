@@ -84,6 +84,8 @@ class RolloutChoice:
         if self.whole:
             return None
         chosen = min(self.limit or 0, self.offered)
+        if not chosen:
+            return f"{shown:,} of {self.offered:,} rollouts (--max-rollouts 0: the figures only)"
         text = (
             f"{shown:,} of {self.offered:,} rollouts: {chosen:,} of whole tasks picked at random (a fixed hash of "
             "environment and task, so the same tasks in every run and every report)"
