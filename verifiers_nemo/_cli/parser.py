@@ -302,6 +302,38 @@ def build_parser() -> argparse.ArgumentParser:
         "in each policy call of the trace (--save-trace); vLLM-only request fields",
     )
 
+    train = ev.add_argument_group(
+        "training client (check an environment the way prime-rl trains on it; needs verifiers-nemo[verifiers])"
+    )
+    train.add_argument(
+        "--client-type",
+        choices=("eval", "train"),
+        help="train: run every rollout as a verifiers episode under its training client (client.type = train): a "
+        "renderer renders each prompt to token IDs, the engine's /inference/v1/generate samples (the replay "
+        "policy: the recorded turns as tokens; with -b: a vLLM --enable-scale-out or prime-rl inference server), "
+        "the turns become training samples; the summary says per environment how many samples a rollout makes and "
+        "where it forked (default eval: calls go to the endpoint as they are)",
+    )
+    train.add_argument(
+        "--renderer",
+        metavar="NAME|FILE.py:Class",
+        help="the training client's renderer: a typed one (qwen3, llama-3, ...; default auto: by the model) or a "
+        "custom class (verifiers' [client.renderer] name / import_path)",
+    )
+    train.add_argument(
+        "--renderer-model",
+        metavar="NAME_OR_DIR",
+        help="the model whose tokenizer the renderer uses: a Hugging Face name or a local folder with its "
+        "tokenizer files (renderer_model_name; default -m; required with the replay policy)",
+    )
+    train.add_argument(
+        "--renderer-config",
+        type=_json_object,
+        metavar="JSON",
+        help='more [client.renderer] keys as a JSON object, e.g. \'{"thinking_retention": "all"}\' or a custom '
+        "renderer's chat_template",
+    )
+
     out = ev.add_argument_group("results")
     out.add_argument(
         "-s",

@@ -148,11 +148,51 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
                 f"left out: {plural(count, 'rollout')} of {'task' if len(tasks) == 1 else 'tasks'} "
                 f"{', '.join(map(str, tasks))}, whose recording is known not to reproduce ({known[0]['reason']})",
             )
+    if s.get("training"):
+        _training_rows(row, settings, s["training"])
     if metadata.get("path"):
         row("Results", metadata["path"])
     row("Status", _status_line(metadata))
     lines.append("=" * 72)
     return "\n".join(lines)
+
+
+def _training_rows(row: Any, settings: Mapping[str, Any], training: Mapping[str, Any]) -> None:
+    """What the rollouts train on (``--client-type train``), per environment: samples a rollout makes, forks and
+    their first place and cause, replayed turns the renderer could not carry."""
+    renderer = settings.get("renderer") or "auto"
+    model = settings.get("renderer_model") or settings.get("model")
+    row("Training", f"verifiers' training client · renderer {renderer} ({model})", "one sample per rollout is what "
+        "trains as sampled; a fork is one more sample")  # fmt: skip
+    for position, (name, env) in enumerate(training["by_env"].items()):
+        n = env["rollouts"]
+        forked = env["forked"]
+        row(
+            "  by env" if position == 0 else "",
+            f"{name}: {fmt(env['samples_per_rollout'], 2)} samples/rollout",
+            f"{env['one_sample']:,}/{n:,} one sample",
+            f"{forked:,} forked" + (f" ({forked / n:.0%})" if forked else ""),
+            *([f"{env['untrainable']:,} untrainable (Gym masked)"] if env.get("untrainable") else []),
+        )
+        for example in env["fork_examples"]:
+            row(
+                "",
+                f"first fork, e.g. task {example['task_index']}: turn {example['turn']}, message {example['message']} "
+                f"({example['role']}), token {example['token']:,}: {example['cause']}: {example['detail']}",
+            )
+            if example.get("sampled") is not None:
+                row("", f"sampled {_snippet(example['sampled'])} · rendered again {_snippet(example['rendered'])}")
+        if env.get("replay_unfaithful"):
+            row(
+                "",
+                f"{plural(env['replay_unfaithful'], 'rollout')} replayed a turn the renderer reads back differently, "
+                f"e.g. {env['replay_unfaithful_example']}",
+            )
+
+
+def _snippet(text: str, limit: int = 70) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
 
 
 def _status_line(metadata: Mapping[str, Any]) -> str:
