@@ -50,7 +50,8 @@ def first_fork(
     paths: Sequence[Sequence[Any]], decode: Decode | None = None, call_of: Callable[[Any], int | None] | None = None
 ) -> dict[str, Any] | None:
     """Where the second root-to-leaf path (in graph order) leaves the first: the model call whose prompt forked
-    (``turn``, 1-based: ``call_of`` numbers a sampled node's call; else counted along the path), the prompt message
+    (``turn``, 1-based: ``call_of`` numbers a sampled node's call; else the assistant messages before it, plus one),
+    the prompt message
     (``message``, 0-based) and its ``role``, the token where the two samples first differ, ``cause`` (``restated``:
     the agent sent the message back changed; ``retokenized``: the same message rendered to other tokens) with a
     ``detail``; None with one path."""
@@ -66,8 +67,9 @@ def first_fork(
     changes = message_changes(sibling.message, node.message)
     forked_call = next((n for n in path[shared:] if n.sampled), None)
     turn = call_of(forked_call) if call_of is not None and forked_call is not None else None
-    if turn is None:
-        turn = sum(1 for n in path if n.sampled and n is not forked_call) + 1
+    end = next((i for i, n in enumerate(path) if n is forked_call), len(path))
+    if turn is None:  # each assistant message before the forked call was a model turn
+        turn = sum(1 for n in path[:end] if _role(n.message) == "assistant") + 1
     detail = (
         "; ".join(changes)
         if changes
@@ -76,7 +78,6 @@ def first_fork(
             "what was sampled"
         )
     )
-    end = next((i for i, n in enumerate(path) if n is forked_call), len(path))
     tail = path[shared:end]
     if not changes and any(_role(n.message) == "user" for n in tail):
         detail += USER_TURN_HINT
