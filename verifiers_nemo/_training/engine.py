@@ -14,8 +14,12 @@ rollout (a turn its renderer cannot carry, a call past the recording's end) is k
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +34,9 @@ from .turns import RecordedTurn, recorded_turns
 SESSION_HEADER = "X-Session-ID"
 """verifiers' ``SESSION_ID_HEADER``: the rollout's trace id, on every generate request of its training client."""
 LOGPROB = 0.0
+CACHED_TURNS = 4_096
+"""Turns whose answer the engine keeps: written ahead at its start, and as asked for (a task's repeats ask for the
+same turns); about 4 KB each."""
 
 
 @dataclass
@@ -51,18 +58,31 @@ class ReplayEngine(LoopThreadServer):
 
     thread_name = "verifiers-nemo-replay-engine"
 
-    def __init__(self, recordings: dict[int, Recording], renderer: Any, model: str = REPLAY_MODEL) -> None:
+    def __init__(
+        self,
+        recordings: dict[int, Recording],
+        renderer: Any,
+        model: str = REPLAY_MODEL,
+        *,
+        write_ahead: int = CACHED_TURNS,
+    ) -> None:
         super().__init__("127.0.0.1", 0)
         self.model = model
+        self.write_ahead = min(write_ahead, CACHED_TURNS)
+        """Turns written at start, in the background (0: each is written when first asked for)."""
         self._recordings = recordings
         self._turns: dict[int, list[RecordedTurn]] = {}
         self._writer = CompletionWriter(renderer)
+        self._choices: OrderedDict[tuple[int, int, int | None], tuple[bytes, str | None, int]] = OrderedDict()
+        self._writing: asyncio.Task[None] | None = None
+        self.written = threading.Event()
+        """Set once the turns written ahead (``on_startup``) are all written."""
         self._notes: dict[str, RolloutNotes] = {}
         self._lock = threading.Lock()
         self.requests = 0
 
     @classmethod
-    def from_tasks(cls, tasks: Iterable[Any], renderer: Any, model: str = REPLAY_MODEL) -> ReplayEngine:
+    def from_tasks(cls, tasks: Iterable[Any], renderer: Any, model: str = REPLAY_MODEL, **options: Any) -> ReplayEngine:
         """From recorded tasks (``NeMoGymTaskset(recorded=True)`` rows): one recording per task index."""
         recordings: dict[int, Recording] = {}
         for task in tasks:
@@ -73,7 +93,7 @@ class ReplayEngine(LoopThreadServer):
                     output=list(response.get("output") or []),
                     incomplete_details=response.get("incomplete_details"),
                 )
-        return cls(recordings, renderer, model)
+        return cls(recordings, renderer, model, **options)
 
     def endpoint_for(self, task_index: int) -> str:
         """The ``base_url`` of a training client that replays task ``task_index``'s recording."""
@@ -85,6 +105,30 @@ class ReplayEngine(LoopThreadServer):
             return self._notes.pop(session, RolloutNotes())
 
     # -- serving ---------------------------------------------------------------------------------
+
+    async def on_startup(self) -> None:
+        """Write the recordings' turns ahead, in the background of this loop (a turn at a time, requests served in
+        between), up to ``write_ahead``: an eval starts its engine before its Gym stacks, which take far longer."""
+        self._writing = asyncio.get_running_loop().create_task(self._write_ahead())
+
+    async def on_shutdown(self) -> None:
+        if self._writing is not None:
+            self._writing.cancel()
+
+    async def _write_ahead(self) -> None:
+        written = 0
+        try:
+            for row in self._recordings:
+                turns = self._turns_of(row) or []
+                for turn, recorded in enumerate(turns):
+                    if written >= self.write_ahead:
+                        return
+                    with contextlib.suppress(ValueError):  # an unrenderable turn is said when it is asked for
+                        self._choice(row, turn, recorded, None)
+                    written += 1
+                    await asyncio.sleep(0)
+        finally:
+            self.written.set()
 
     def _turns_of(self, row: int) -> list[RecordedTurn] | None:
         if row not in self._turns:
@@ -114,23 +158,36 @@ class ReplayEngine(LoopThreadServer):
         if turn >= len(turns):
             return _error(409, "replay_exhausted", f"the recording has no model call after {len(turns)} (it ended)")
         try:
-            # On this server's own loop: the renderer's tokenizer is not shared with any other thread.
-            completion = self._writer.write(
-                turns[turn].message, cut=turns[turn].cut, max_tokens=sampling.get("max_tokens")
-            )
+            choice, mismatch, _ = self._choice(row, turn, turns[turn], sampling.get("max_tokens"))
         except ValueError as exc:
             return _error(422, "replay_unrenderable", str(exc))
-        if completion.mismatch is not None:
+        if mismatch is not None:
             with self._lock:
-                notes.unfaithful.append(f"turn {turn + 1}: {completion.mismatch}")
-        ids = completion.token_ids
-        choice = {
-            "index": 0,
-            "token_ids": ids,
-            "finish_reason": completion.finish_reason,
-            "logprobs": {"content": [{"token": f"token_id:{t}", "logprob": LOGPROB} for t in ids]},
-        }
-        return web.json_response({"request_id": f"replay-{row}-{turn}-{time.monotonic_ns()}", "choices": [choice]})
+                notes.unfaithful.append(f"turn {turn + 1}: {mismatch}")
+        request_id = f"replay-{row}-{turn}-{time.monotonic_ns()}"
+        body = b'{"request_id": "%s", "choices": [%s]}' % (request_id.encode(), choice)
+        return web.Response(body=body, content_type="application/json")
+
+    def _choice(
+        self, row: int, turn: int, recorded: RecordedTurn, max_tokens: int | None
+    ) -> tuple[bytes, str | None, int]:
+        """A turn's generate choice as JSON, how the renderer reads it back, and its length in tokens; at most
+        ``CACHED_TURNS`` kept (a task's repeats ask for the same turns; a whole turn serves any ``max_tokens`` it fits
+        in). On this server's own loop only: its renderer is no other thread's."""
+        cached = self._choices.get((row, turn, max_tokens)) or self._choices.get((row, turn, None))
+        if cached is not None and (max_tokens is None or cached[2] <= max_tokens):
+            return cached
+        key = (row, turn, max_tokens)
+        completion = self._writer.write(recorded.message, cut=recorded.cut, max_tokens=max_tokens)
+        logprobs = ",".join(f'{{"token": "token_id:{t}", "logprob": {LOGPROB}}}' for t in completion.token_ids)
+        choice = (
+            f'{{"index": 0, "token_ids": {json.dumps(completion.token_ids)}, "finish_reason": '
+            f'"{completion.finish_reason}", "logprobs": {{"content": [{logprobs}]}}}}'
+        )
+        self._choices[key] = (choice.encode(), completion.mismatch, len(completion.token_ids))
+        if len(self._choices) > CACHED_TURNS:
+            self._choices.popitem(last=False)
+        return self._choices[key]
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
