@@ -101,6 +101,7 @@ POOL = "tests/unit/test_pool.py::"
 RAY = "tests/e2e/test_ray.py::"
 MULTI_NODE = "tests/e2e/test_multi_node.py::"
 VF = "tests/e2e/test_verifiers_env.py::"
+TRAIN = "tests/e2e/test_training_check.py::"
 VERBOSE = U + "test_verbose_makes_info_logs_reach_stderr"
 EFFECT_TESTS: dict[str, str] = {
     # -- verifiers-nemo eval
@@ -135,6 +136,10 @@ EFFECT_TESTS: dict[str, str] = {
     "eval --save-trace": E + "test_save_trace_saves_every_policy_call",
     "eval --pass-threshold": E + "test_pass_threshold_decides_which_rollouts_count_as_correct",
     "eval --report": "tests/e2e/test_report.py::test_eval_report_of_a_replay_run_shows_every_rollout_and_its_tool_calls",
+    "eval --client-type": TRAIN + "test_a_mix_of_every_offline_gym_agent_replays_under_the_training_client_on_0_4",
+    "eval --renderer": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
+    "eval --renderer-model": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
+    "eval --renderer-config": TRAIN + "test_with_thinking_retention_all_every_rollout_is_one_sample_on_0_7",
     # -- report, export, envs, prepare, replay-server
     "report --verbose": VERBOSE,
     "report RUN_DIR": U + "test_report_writes_its_title_where_output_says",

