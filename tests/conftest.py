@@ -87,6 +87,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_gym07.py",
     "tests/e2e/test_replay.py",
     "tests/e2e/test_verifiers_env.py",
+    "tests/e2e/test_training_check.py",
     "tests/faults/test_shared_ray_head.py",
     "tests/e2e/test_stack.py",
     "tests/e2e/test_env_server.py",
