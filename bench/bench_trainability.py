@@ -105,16 +105,17 @@ def verdict(name: str, release: str, run: dict[str, Any]) -> dict[str, Any]:
         tail = [line for line in run["output_tail"] if line.strip()]
         row.update(verdict="refused", why=(tail[-1] if tail else f"exit {run['exit']}")[:200])
         return row
-    errors = collections.Counter((r.get("error") or {}).get("type") for r in records if r.get("error"))
-    example = next((r["error"]["message"] for r in records if r.get("error")), None)
     known = [r for r in records if unreproducible_reason(name, r["task_index"], VERSIONS[release])]
+    failed = [r for r in records if r.get("error") and r not in known]  # a known row's failure is its known reason
+    errors = collections.Counter(r["error"]["type"] for r in failed)
+    example = next((r["error"]["message"] for r in failed), None)
     compared = [r for r in records if r not in known and not r.get("error") and not r.get("masked")]
     same = sum(
         1
         for r in compared
         if r.get("reward") is not None and math.isclose(float(r["reward"]), float(r["recorded_reward"]))
     )
-    trained = [r["training"] for r in records if r.get("training")]
+    trained = [r["training"] for r in records if r.get("training") and r not in known]
     one = sum(1 for t in trained if t.get("branches") == 1)
     forks = [t["fork"] for t in trained if t.get("fork")]
     unfaithful = [u for t in trained for u in t.get("replay_unfaithful") or ()]

@@ -197,13 +197,21 @@ def test_the_summary_says_per_environment_samples_forks_and_where_the_first_fork
     tally = TrainingTally()
     tally.add(_record("counter", 0, 1))
     tally.add(_record("game", 1, 2, FORK))
+    failed = {**_record("game", 2, 0), "error": {"type": "upstream_http", "message": "the renderer cannot carry it"}}
+    tally.add(failed)
     metadata = _metadata(tally.summary())
+    env = {"rollouts": {"total": 1}, "reward": {"avg": 1.0}, "pass_at_k": {}, "errors_by_type": {}}
+    metadata["summary"]["by_env"] = {
+        "counter": {**env, "replay": {"compared": 1, "reproduced": 1, "mismatches": []}},
+        "game": {**env, "replay": {"compared": 2, "reproduced": 1, "mismatches": []}},
+    }
 
     text = format_summary(metadata)
 
     assert "Training     verifiers' training client · renderer qwen3 (Qwen/Qwen3-8B)" in text
-    assert "counter: 1.00 samples/rollout · 1/1 one sample · 0 forked" in text
-    assert "game: 2.00 samples/rollout · 0/1 one sample · 1 forked (100%)" in text
+    assert "counter: 1.00 samples/rollout · 1/1 one sample · 0 forked · 1/1 reproduced" in text
+    assert "game: 1.00 samples/rollout · 0/2 one sample · 1 forked (50%) · 1/2 reproduced · 1 failed" in text
+    assert "failed upstream_http x1, e.g.: the renderer cannot carry it" in text
     assert "first fork, e.g. task 1: turn 2, message 3 (assistant), token 120: retokenized: again" in text
     assert "sampled '<think>' · rendered again 'Done'" in text
 

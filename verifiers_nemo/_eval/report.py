@@ -149,7 +149,7 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
                 f"{', '.join(map(str, tasks))}, whose recording is known not to reproduce ({known[0]['reason']})",
             )
     if s.get("training"):
-        _training_rows(row, settings, s["training"])
+        _training_rows(row, settings, s)
     if metadata.get("path"):
         row("Results", metadata["path"])
     row("Status", _status_line(metadata))
@@ -157,9 +157,11 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _training_rows(row: Any, settings: Mapping[str, Any], training: Mapping[str, Any]) -> None:
+def _training_rows(row: Any, settings: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
     """What the rollouts train on (``--client-type train``), per environment: samples a rollout makes, forks and
-    their first place and cause, replayed turns the renderer could not carry."""
+    their first place and cause, rewards reproduced (replay), failures and their cause, replayed turns the renderer
+    could not carry."""
+    training = summary["training"]
     renderer = settings.get("renderer") or "auto"
     model = settings.get("renderer_model") or settings.get("model")
     row("Training", f"verifiers' training client · renderer {renderer} ({model})", "one sample per rollout is what "
@@ -173,7 +175,11 @@ def _training_rows(row: Any, settings: Mapping[str, Any], training: Mapping[str,
             f"{env['one_sample']:,}/{n:,} one sample",
             f"{forked:,} forked" + (f" ({forked / n:.0%})" if forked else ""),
             *([f"{env['untrainable']:,} untrainable (Gym masked)"] if env.get("untrainable") else []),
+            *_reproduced(summary, name),
+            *([f"{sum(env['failed'].values()):,} failed"] if env.get("failed") else []),
         )
+        for kind, example in (env.get("failure_examples") or {}).items():
+            row("", f"failed {kind} x{env['failed'][kind]:,}, e.g.: {example}")
         for example in env["fork_examples"]:
             row(
                 "",
@@ -188,6 +194,13 @@ def _training_rows(row: Any, settings: Mapping[str, Any], training: Mapping[str,
                 f"{plural(env['replay_unfaithful'], 'rollout')} replayed a turn the renderer reads back differently, "
                 f"e.g. {env['replay_unfaithful_example']}",
             )
+
+
+def _reproduced(summary: Mapping[str, Any], env: str) -> list[str]:
+    """``N/M reproduced`` of one environment's replayed rollouts (a mix's own verdict; one environment's: the run's)."""
+    own = (summary.get("by_env") or {}).get(env)
+    replay = own.get("replay") if own is not None else summary.get("replay")
+    return [f"{replay['reproduced']:,}/{replay['compared']:,} reproduced"] if replay else []
 
 
 def _snippet(text: str, limit: int = 70) -> str:

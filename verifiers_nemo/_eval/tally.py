@@ -37,6 +37,11 @@ class RunTally:
         names = settings.env_names
         self.by_env = {name: summary() for name in names} if len(names) > 1 else {}
         self.replay = ReplayTally(known=lambda index: unreproducible_reason(*settings.origin(index)))
+        self.replay_by_env = (
+            {name: ReplayTally(known=lambda index: unreproducible_reason(*settings.origin(index))) for name in names}
+            if len(names) > 1
+            else {}
+        )
         self.token_ids = TokenIdsTally(exact_tokens=settings.exact_tokens)
         self.training = TrainingTally()
 
@@ -59,6 +64,9 @@ class RunTally:
         if own is not None:
             own.add(record)
         self.replay.add(record)
+        own_replay = self.replay_by_env.get(record.get("env"))  # type: ignore[arg-type]
+        if own_replay is not None:
+            own_replay.add(record)
         self.token_ids.add(record)
         self.training.add(record)
 
@@ -71,6 +79,10 @@ class RunTally:
             summary["replay"] = agreement
         if self.by_env:
             summary["by_env"] = {name: tally.summary() for name, tally in self.by_env.items()}
+            for name, replay in self.replay_by_env.items():
+                verdict = replay.result()
+                if verdict is not None:
+                    summary["by_env"][name]["replay"] = verdict
         token_ids = self.token_ids.summary()
         if token_ids is not None:
             summary["token_ids"] = token_ids

@@ -16,6 +16,8 @@ class _EnvTraining:
     __slots__ = (
         "branches",
         "examples",
+        "failed",
+        "failure_examples",
         "fork_causes",
         "forked",
         "loss_tokens",
@@ -43,6 +45,8 @@ class _EnvTraining:
         self.examples: list[dict[str, Any]] = []
         self.unfaithful = 0
         self.unfaithful_example: str | None = None
+        self.failed: Counter[str] = Counter()
+        self.failure_examples: dict[str, str] = {}
 
     def add(self, record: Mapping[str, Any], training: Mapping[str, Any]) -> None:
         self.rollouts += 1
@@ -60,6 +64,11 @@ class _EnvTraining:
             self.fork_causes[kind] += 1
             if self.fork_causes[kind] == 1 and len(self.examples) < EXAMPLES:
                 self.examples.append({"task_index": record.get("task_index"), **fork})
+        error = record.get("error")
+        if isinstance(error, Mapping):
+            kind = str(error.get("type") or "error")
+            self.failed[kind] += 1
+            self.failure_examples.setdefault(kind, str(error.get("message") or "")[:300])
         unfaithful = training.get("replay_unfaithful")
         if unfaithful:
             self.unfaithful += 1
@@ -81,6 +90,9 @@ class _EnvTraining:
         }
         if self.untrainable:
             out["untrainable"] = self.untrainable
+        if self.failed:
+            out["failed"] = dict(self.failed.most_common())
+            out["failure_examples"] = dict(self.failure_examples)
         if self.unfaithful:
             out["replay_unfaithful"] = self.unfaithful
             out["replay_unfaithful_example"] = self.unfaithful_example

@@ -199,8 +199,7 @@ class TrainingClientRunner:
         result.task_index, result.rollout_index = task.task_index, task.rollout_index
         result.example_id = task.example_id
         result.endpoint = self._endpoint_label()
-        if trace is not None:
-            result.training = self._training(trace)
+        result.training = self._training(trace) if trace is not None else {"branches": 0, "samples": 0, "turns": 0}
         if result.error is None and not episode.ok:
             result.error = VerifiersEpisodeError(_episode_error(episode, trace))
             result.reward = None
