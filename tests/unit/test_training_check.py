@@ -308,3 +308,18 @@ def test_an_eval_environment_becomes_the_env_config_a_prime_rl_source_writes() -
     }  # fmt: skip
     with pytest.raises(ConfigurationError, match="one judge for every judge name"):
         verifiers_env_config("x", {}, recorded=False, timeout=1.0, judges={"genrm_model": judge["*"]})
+
+
+def test_rollouts_a_text_renderer_cannot_carry_are_said_as_such_not_as_failures() -> None:
+    from verifiers_nemo._upstreams.refusals import IMAGES_REFUSAL
+
+    tally = TrainingTally()
+    message = f"http://127.0.0.1:1/v1/chat/completions refused the request (HTTP 502): {IMAGES_REFUSAL.describe()}"
+    tally.add({**_record("vision", 0, 0), "error": {"type": "upstream_http", "message": message}})
+    summary = tally.summary()
+    assert summary is not None
+
+    vision = summary["by_env"]["vision"]
+    assert vision["not_carried"] == {"images": 1} and "failed" not in vision
+    text = format_summary(_metadata(summary))
+    assert "vision: 0.00 samples/rollout · 0/1 one sample · 0 forked · 1 not carried (images: a text renderer" in text

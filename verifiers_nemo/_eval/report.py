@@ -176,6 +176,10 @@ def _training_rows(row: Any, settings: Mapping[str, Any], summary: Mapping[str, 
             f"{forked:,} forked" + (f" ({forked / n:.0%})" if forked else ""),
             *([f"{env['untrainable']:,} untrainable (Gym masked)"] if env.get("untrainable") else []),
             *_reproduced(summary, name),
+            *[
+                f"{n:,} not carried ({what}: {NOT_CARRIED_SHORT.get(what, what)})"
+                for what, n in (env.get("not_carried") or {}).items()
+            ],
             *([f"{sum(env['failed'].values()):,} failed"] if env.get("failed") else []),
         )
         for kind, example in (env.get("failure_examples") or {}).items():
@@ -194,6 +198,9 @@ def _training_rows(row: Any, settings: Mapping[str, Any], summary: Mapping[str, 
                 f"{plural(env['replay_unfaithful'], 'rollout')} replayed a turn the renderer reads back differently, "
                 f"e.g. {env['replay_unfaithful_example']}",
             )
+
+
+NOT_CARRIED_SHORT = {"images": "a text renderer cannot carry them"}
 
 
 def _reproduced(summary: Mapping[str, Any], env: str) -> list[str]:

@@ -8,6 +8,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from .._upstreams.refusals import NOT_CARRIED
+
 EXAMPLES = 3
 """Forks (the first ones, one per cause and role) an environment's summary keeps as examples."""
 
@@ -47,6 +49,7 @@ class _EnvTraining:
         self.unfaithful_example: str | None = None
         self.failed: Counter[str] = Counter()
         self.failure_examples: dict[str, str] = {}
+        self.not_carried: Counter[str] = Counter()
 
     def add(self, record: Mapping[str, Any], training: Mapping[str, Any]) -> None:
         self.rollouts += 1
@@ -66,9 +69,14 @@ class _EnvTraining:
                 self.examples.append({"task_index": record.get("task_index"), **fork})
         error = record.get("error")
         if isinstance(error, Mapping):
-            kind = str(error.get("type") or "error")
-            self.failed[kind] += 1
-            self.failure_examples.setdefault(kind, str(error.get("message") or "")[:300])
+            message = str(error.get("message") or "")
+            what = next((name for name, cause in NOT_CARRIED.items() if cause in message), None)
+            if what is not None:  # what the rollout holds, not a failure of the setup
+                self.not_carried[what] += 1
+            else:
+                kind = str(error.get("type") or "error")
+                self.failed[kind] += 1
+                self.failure_examples.setdefault(kind, message[:300])
         unfaithful = training.get("replay_unfaithful")
         if unfaithful:
             self.unfaithful += 1
@@ -90,6 +98,8 @@ class _EnvTraining:
         }
         if self.untrainable:
             out["untrainable"] = self.untrainable
+        if self.not_carried:
+            out["not_carried"] = dict(self.not_carried.most_common())
         if self.failed:
             out["failed"] = dict(self.failed.most_common())
             out["failure_examples"] = dict(self.failure_examples)
