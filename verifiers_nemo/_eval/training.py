@@ -15,24 +15,6 @@ EXAMPLES = 3
 
 
 class _EnvTraining:
-    __slots__ = (
-        "branches",
-        "examples",
-        "failed",
-        "failure_examples",
-        "fork_causes",
-        "forked",
-        "loss_tokens",
-        "one_sample",
-        "rollouts",
-        "samples",
-        "tokens",
-        "turns",
-        "unfaithful",
-        "unfaithful_example",
-        "untrainable",
-    )  # fmt: skip
-
     def __init__(self) -> None:
         self.rollouts = 0
         self.samples = 0
