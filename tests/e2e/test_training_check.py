@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +176,44 @@ def test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_re
     assert code == 0, output[-3000:]
     assert [r["reward"] for r in rows] == [r["recorded_reward"] for r in rows] and len(rows) == 2
     assert all(r["training"]["branches"] == 1 for r in rows), [r["training"] for r in rows]
+
+
+def test_an_interrupted_check_leaves_no_process_and_its_resume_runs_only_what_is_missing(
+    qwen3: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C mid-run: the verifiers environments and their Gym stacks stop with the CLI (nothing of the run is left),
+    the results saved so far stay; `-R` runs exactly the missing (task, rollout) pairs under the same client."""
+    from tests.e2e.conftest import wait_until
+    from tests.faults.helpers import pids_with_env
+
+    marker = f"VN_TRAIN_CHECK_RUN={os.getpid()}-{tmp_path.name}"
+    env = {**os.environ, "VERIFIERS_NEMO_GYM_PYTHON": str(GYM04), marker.split("=")[0]: marker.split("=")[1]}
+    env.pop("VIRTUAL_ENV", None)
+    cli = str(VF_PYTHON.parent / "verifiers-nemo")
+    out = tmp_path / "out"
+    argv = [cli, "eval", "example_multi_step", "-r", "8", "-c", "2", "--client-type", "train", "--renderer", "qwen3"]
+    argv += ["--renderer-model", str(qwen3), "-o", str(out)]
+    with open(tmp_path / "first.log", "wb") as log:
+        first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        results = lambda: next(out.glob("*/*/results.jsonl"), None)  # noqa: E731
+        wait_until(lambda: (found := results()) and len(found.read_text().splitlines()) >= 2, LIMIT_S, "2 results")
+        first.send_signal(signal.SIGINT)
+        assert first.wait(120) == 130, (tmp_path / "first.log").read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    wait_until(lambda: not pids_with_env(marker), 60, "no process of the interrupted run left")
+    run_dir = next(out.glob("*/*"))
+    saved = len((run_dir / "results.jsonl").read_text().splitlines())
+    assert 2 <= saved < 40
+
+    resumed = subprocess.run([cli, "eval", "-R", str(run_dir)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=LIMIT_S)  # fmt: skip
+
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").open()]
+    assert sorted((r["task_index"], r["rollout_index"]) for r in rows) == [(t, r) for t in range(5) for r in range(8)]
+    assert all(r["training"]["branches"] == 1 and r["reward"] == r["recorded_reward"] for r in rows)
+    assert "example_multi_step: 1.00 samples/rollout · 40/40 one sample · 0 forked" in resumed.stdout
+    assert not pids_with_env(marker)
