@@ -469,7 +469,8 @@ def _adapter_restriction(config: GymConfig | None) -> str | None:
     return (
         "its resources server accepts only Gym's own model servers as the policy "
         f"({', '.join(config.model_adapters)}): its inputs ride in the request in a form only they translate for "
-        "the model (e.g. audio in metadata), and verifiers-nemo's routing proxy, which stands in for the policy, does not; Gym refuses the stack at start"
+        "the model (e.g. audio in metadata), and verifiers-nemo's routing proxy, which stands in for the policy, "
+        "does not; Gym refuses the stack at start"
     )
 
 
