@@ -117,6 +117,10 @@ RELEASE_DIFFERENCES: dict[str, dict[str, str | None]] = {
             "Gym masks every row (judge_failed)"
         ),
         "longmemeval": "replayed with its judge, every row scores 0.0 against its recorded reward (not investigated)",
+        "conversational_tool_use_simulation": (
+            "its recordings keep no I/O of its simulator model (the simulated user and tools that answer the agent "
+            "every turn: the judge-like simulator_model), so the replay cannot answer those calls"
+        ),
     },
 }
 """Per nemo-gym release series, how its replay differs from the tables above (measured on 0.4.0)."""
