@@ -20,6 +20,7 @@ Environments: bench_replay_paths.environments(release) (the CLI's replay catalog
   fails         some rollout failed (error type and its message given)
   not carried   the rollouts need what a text renderer cannot carry (images)
   refused       the eval did not run (its last error line given)
+  not replayable  the eval client's replay reproduces none of its rows either (its first problem given)
   differs       every rollout one sample, but a reward the eval client reproduces differs under the training client
 """
 
@@ -107,6 +108,20 @@ async def run_eval(
     }
 
 
+def _first_problem(run: dict[str, Any]) -> str:
+    """A run's first error message, else its first reward that is not the recorded one, else its last output line."""
+    for record in run["records"]:
+        if record.get("error"):
+            return f"{record['error']['type']}: {record['error']['message']}"[:300]
+    for record in run["records"]:
+        if record.get("reward") != record.get("recorded_reward"):
+            return (
+                f"row {record['task_index']}: reward {record.get('reward')}, recorded {record.get('recorded_reward')}"
+            )
+    tail = [line for line in run["output_tail"] if line.strip()]
+    return (tail[-1] if tail else f"exit {run['exit']}")[:300]
+
+
 def reproduced_rows(run: dict[str, Any]) -> set[int]:
     """The rows of a run whose reward is the recorded one."""
     return {
@@ -118,14 +133,19 @@ def reproduced_rows(run: dict[str, Any]) -> set[int]:
     }
 
 
-def verdict(name: str, release: str, run: dict[str, Any], baseline: set[int] | None = None) -> dict[str, Any]:
-    """One environment's row of the table (``baseline``: the rows the eval client's replay reproduces; the others
+def verdict(name: str, release: str, run: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One environment's row of the table (``base``: the eval client's replay of it; rows it does not reproduce
     cannot differ because of the training client)."""
     records = run["records"]
     row: dict[str, Any] = {"env": name, "rollouts": len(records), "seconds": run["seconds"]}
+    baseline = reproduced_rows(base) if base is not None and base["records"] else None
+    if base is not None and not baseline:
+        row["eval_client_reproduced"] = f"0/{len(base['records'])}"
+        row.update(verdict="not replayable", why="the eval client's replay reproduces none of its rows either: "
+                   + _first_problem(base))  # fmt: skip
+        return row
     if not records:
-        tail = [line for line in run["output_tail"] if line.strip()]
-        row.update(verdict="refused", why=(tail[-1] if tail else f"exit {run['exit']}")[:200])
+        row.update(verdict="refused", why=_first_problem(run))
         return row
     known = [
         r
@@ -185,13 +205,12 @@ async def survey(release: str, names: list[str], args: argparse.Namespace, scrat
     async def one(name: str) -> dict[str, Any]:
         async with gate:
             base = await run_eval(name, release, args, scratch / release / name / "eval", None, train=False)
-            baseline = reproduced_rows(base) if base["records"] else None
             run = await run_eval(name, release, args, scratch / release / name / "default", None)
-            row = verdict(name, release, run, baseline)
+            row = verdict(name, release, run, base)
             row["agent"] = agents.get(name)
             if row.get("fork_at_user_turn"):
                 again = verdict(name, release, await run_eval(name, release, args, scratch / release / name / "all",
-                                                              RETENTION_ALL), baseline)  # fmt: skip
+                                                              RETENTION_ALL), base)  # fmt: skip
                 row["with_retention_all"] = {k: again.get(k) for k in ("verdict", "one_sample", "reproduced", "why")}
             again = row.get("with_retention_all")
             print(f"  {release} {name:48s} {row['verdict']:11s} {row.get('one_sample', '-'):>6s} one sample, "
