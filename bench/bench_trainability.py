@@ -199,7 +199,7 @@ def verdict(name: str, release: str, run: dict[str, Any], base: dict[str, Any] |
 async def survey(release: str, names: list[str], args: argparse.Namespace, scratch: Path) -> list[dict[str, Any]]:
     gate = asyncio.Semaphore(args.jobs)
     agents = {
-        e.name: getattr(e.default_agent, "name", None) for e in list_environments(gym_root(str(RUNTIMES[release])))
+        e.name: getattr(e.default_agent, "type", None) for e in list_environments(gym_root(str(RUNTIMES[release])))
     }
 
     async def one(name: str) -> dict[str, Any]:
@@ -229,12 +229,9 @@ def markdown(figures: dict[str, Any]) -> str:
         counts = collections.Counter(r["verdict"] for r in rows)
         lines.append(f"\n#### nemo-gym {VERSIONS[release]}: {len(rows)} environments, " + ", ".join(
             f"{v} {n}" for v, n in counts.most_common()) + "\n")  # fmt: skip
-        lines.append(
-            "| environment | Gym agent | verdict | one sample | reproduced | why / first fork | with "
-            + RETENTION_ALL
-            + " |"
-        )
-        lines.append("|---|---|---|---|---|---|---|")
+        head = ["environment", "Gym agent", "verdict", "one sample", "reproduced", "eval client reproduced",
+                "why / first fork", f"with {RETENTION_ALL}"]  # fmt: skip
+        lines.append("| " + " | ".join(head) + " |\n" + "|---" * len(head) + "|")
         for r in sorted(rows, key=lambda r: (r["verdict"] != "trainable", r["verdict"], r["env"])):
             retention = r.get("with_retention_all") or {}
             again = f"{retention.get('verdict')} ({retention.get('one_sample')})" if retention else ""
