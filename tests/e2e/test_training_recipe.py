@@ -187,19 +187,35 @@ def test_qwen3_s_thinking_and_parallel_calls_echo_back_as_sampled(episodes: dict
     assert roles[-6:] == ["assistant", "tool", "tool", "assistant", "tool", "assistant"], roles
 
 
-FORKS: dict[str, dict[str, int]] = {}
+FORKS_QUOTED = {
+    # renderer: (samples of each thinking rollout, of the parallel rollout), and the guide's row that quotes them
+    "qwen3, bridge off": ([1, 1], [1], "| `qwen3` with its bridge turned off (a test-only subclass) | 1, 1 | 1 |"),
+    "default": (
+        [4, 4],
+        [3],
+        '| `default` (Qwen3\'s own Jinja chat template, `tool_parser = "qwen3"`, '
+        '`reasoning_parser = "think"`) | 4, 4 | 3 |',
+    ),
+}
+"""What the training guide's Forks table says each renderer without a bridge gave (measured here, on both releases)."""
 
 
-def test_without_a_bridge_qwen3_rollouts_fork(episodes: dict[str, list[dict[str, Any]]], request) -> None:
-    """The same rollouts through renderers that re-render every turn: each fork restates a sampled turn with the
-    same message and other tokens, and the counts are the ones the guide quotes."""
-    counts = {}
-    for name in NO_BRIDGE:
-        for script in ("thinking", "parallel"):
+def test_without_a_bridge_qwen3_rollouts_fork_as_the_guide_says(episodes: dict[str, list[dict[str, Any]]]) -> None:
+    """The same rollouts through renderers that re-render every turn: every fork restates a sampled turn with the same
+    message and other tokens (nothing else differs), and the samples per rollout are the ones the guide quotes."""
+    guide = GUIDE.read_text()
+    for name, (thinking, parallel, row) in FORKS_QUOTED.items():
+        for script, quoted in (("thinking", thinking), ("parallel", parallel)):
             traces = episodes[f"{name}: {script}"]
             for trace in traces:
+                graph = trace["nodes"]
                 assert trace["ok"] and trace["info"]["nemo_gym"]["reward"] == 1.0
+                for restated in trace_graph.restated_assistants(trace):
+                    parent = graph[restated].get("parent")
+                    twins = [i for i in trace_graph.sampled(trace) if graph[i].get("parent") == parent]
+                    assert [graph[i]["message"] for i in twins] == [graph[restated]["message"]]  # the same message
+                    assert graph[twins[0]]["token_ids"] != graph[restated]["token_ids"]  # other tokens
                 paths = trace_graph.branches(trace)
-                assert len(paths) == trace["metrics"]["branches"]
-            counts[f"{name}: {script}"] = [int(t["metrics"]["branches"]) for t in traces]
-    print(json.dumps(counts))
+                assert len(paths) == trace["metrics"]["branches"] == len(trace_graph.restated_assistants(trace)) + 1
+            assert [int(t["metrics"]["branches"]) for t in traces] == quoted, (name, script)
+        assert row in guide, f"the training guide's Forks table does not say {row}"
