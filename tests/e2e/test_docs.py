@@ -6,7 +6,8 @@ so in the page's source, just above it, as ``<!--pytest.mark.skip(reason="...")-
 by docs/hooks.py, on the site above the block). No other block is left out, but the README's first (the two lines a
 new user runs, the second being this suite): its eval line runs as written in
 ``test_the_first_block_s_eval_runs_as_written``, its suite line is ``.ci/run``'s. Each block runs in a fresh copy of
-the working tree, with ``bash -e -o pipefail`` (every line must succeed) or, for Python, as ``python -m asyncio``
+the working tree, the same copy for every block of a page (a user follows a page top to bottom), with
+``bash -e -o pipefail`` (every line must succeed) or, for Python, as ``python -m asyncio``
 runs it (top-level ``await``; tests/e2e/docs_python.py).
 
 The one substitution (``PLACEHOLDERS``, applied to a block's text before it runs) points the docs' placeholders at
@@ -16,7 +17,8 @@ stand-ins on 127.0.0.1, shared by every block of the module:
   OpenAI-compatible server (tests/unit/fake_upstream.py) speaking Chat Completions and Responses, with vLLM-style
   token IDs and logprobs, serving the model ``Qwen/Qwen3-8B`` (the docs' model);
 - ``URL`` (what ``verifiers-nemo replay-server ENV`` prints): that replay server, started as the docs say;
-- ``HEAD_IP``: 127.0.0.1; ``RUN_DIR``: ``outputs/evals/*/*``, the run the block itself saved with ``-s``;
+- ``HEAD_IP``: 127.0.0.1; ``RUN_DIR``: the newest run folder under ``outputs/evals`` (the one the last ``-s`` run
+  printed);
 - ``pip install`` is run as ``uv pip install`` (same arguments; uv's cache instead of pip downloading ~1 GB).
 
 The blocks run in the venvs the Install page's lines build from the wheels (``uv build`` of the package and of
@@ -216,6 +218,8 @@ class StandIns:
     replay_url: str
     placeholders: dict[str, str]
     env: dict[str, str]
+    clones: dict[Path, Path]
+    """Each page's copy of the working tree, made for its first block: its blocks run there in order."""
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +228,8 @@ def stand_ins(installed: Installed, tmp_path_factory: pytest.TempPathFactory) ->
     env = _base_env()
     env["PATH"] = os.pathsep.join([str(installed.gym / "bin"), str(installed.vf / "bin"), env.get("PATH", "")])
     env["VERIFIERS_NEMO_GYM_PYTHON"] = str(installed.gym / "bin" / "python")
+    # A Python 3.12 on PATH (behind the venvs), as a user's machine has one: `uv venv -p 3.12` finds it there.
+    env["PATH"] = os.pathsep.join([env["PATH"], str(Path(_python312()).parent)])
     port_file = tmp / "replay.url"
     replay = subprocess.Popen(
         ["verifiers-nemo", "replay-server", "example_multi_step", "--port-file", str(port_file)],
@@ -240,8 +246,9 @@ def stand_ins(installed: Installed, tmp_path_factory: pytest.TempPathFactory) ->
                 time.sleep(0.1)
             replay_url = port_file.read_text().strip()
             placeholders = dict.fromkeys(GPU_URLS, fake.base_url)
-            placeholders |= {"URL": replay_url, "HEAD_IP": "127.0.0.1", "RUN_DIR": "outputs/evals/*/*"}
-            yield StandIns(fake, replay_url, placeholders, env)
+            newest_run = '"$(ls -td outputs/evals/*/* | head -1)"'
+            placeholders |= {"URL": replay_url, "HEAD_IP": "127.0.0.1", "RUN_DIR": newest_run}
+            yield StandIns(fake, replay_url, placeholders, env, {})
     finally:
         replay.terminate()
         replay.wait(30)
@@ -251,7 +258,7 @@ def substitute(code: str, placeholders: dict[str, str]) -> str:
     """The docs' placeholders replaced, whole words only (``URL`` is not part of ``--client.base-url``)."""
     for name, value in placeholders.items():
         code = re.sub(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", value, code)
-    return re.sub(r"(?<![\w-])pip install\b", "uv pip install", code)
+    return re.sub(r"(?<![\w-])(?<!uv )pip install\b", "uv pip install", code)
 
 
 # -- the blocks ----------------------------------------------------------------------------------------
@@ -272,7 +279,7 @@ def _blocks() -> list:
     params = []
     for page, block in _page_blocks(RUNNABLE):
         marks = [eval(mark, {"pytest": pytest, "sys": sys}) for mark in block.marks]  # as pytest-codeblocks does
-        params.append(pytest.param(block, id=f"{page.relative_to(ROOT)}:{block.lineno}", marks=marks))
+        params.append(pytest.param(page, block, id=f"{page.relative_to(ROOT)}:{block.lineno}", marks=marks))
     return params
 
 
@@ -292,10 +299,15 @@ def _run_block(argv: list[str], code: str, cwd: Path, env: dict[str, str]) -> st
     return output
 
 
-@pytest.mark.parametrize("block", _blocks())
-def test_doc_block(block, stand_ins: StandIns, installed: Installed, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("page", "block"), _blocks())
+def test_doc_block(
+    page: Path, block, stand_ins: StandIns, installed: Installed, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     code = substitute(block.code, stand_ins.placeholders)
-    cwd = _copy_tree(tmp_path / "clone")
+    if page not in stand_ins.clones:
+        stand_ins.clones[page] = _copy_tree(tmp_path_factory.mktemp("clone"))
+    cwd = stand_ins.clones[page]
+    tmp_path = tmp_path_factory.mktemp("block")
     env = dict(stand_ins.env)
     if block.syntax == "python":
         before = len(stand_ins.fake.requests)
