@@ -8,7 +8,7 @@ An option is named as a user meets it:
   by its metavar),
 * ``--env.taskset.limit`` / ``--env.agent.harness.timeout``: a field of the verifiers environment's
   config classes (``verifiers_nemo/_verifiers_v1.py``), as ``vf-eval nemo-gym-env`` sets it,
-* ``NeMoGymHarness(max_steps=)``: a parameter of a public constructor the README names
+* ``NeMoGymHarness(max_steps=)``: a parameter of a public constructor the docs name
   (``**kwargs`` as ``NeMoGymPool(**harness_args)``).
 
 ``EFFECT_TESTS`` maps each to ``path::test_name`` of a test that asserts what the option does (the
@@ -27,7 +27,7 @@ VERIFIERS_MODULE = ROOT / "verifiers_nemo" / "_verifiers_v1.py"
 
 # The verifiers config classes whose own fields are ``--env.*`` options, by the prefix vf-eval gives them.
 VERIFIERS_CONFIGS = {"GymTasksetConfig": "--env.taskset.", "GymHarnessConfig": "--env.agent.harness."}
-# verifiers' own fields that our environment reads and the README documents.
+# verifiers' own fields that our environment reads and the docs document (docs/reference/config.md).
 VERIFIERS_FIELDS_WE_READ = ("--env.agent.max-turns",)
 
 PUBLIC_CONSTRUCTORS = (

@@ -134,7 +134,7 @@ class GymTask(vf.Task[GymTaskData, vf.State, GymTaskConfig]):
     @vf.metric
     async def branches(self, trace: vf.Trace) -> float:
         """The training samples this rollout makes: 1 when every turn continued what was sampled, more where a turn
-        forked (a training client whose renderer cannot bridge re-tokenizes sampled turns; README: Forks)."""
+        forked (a training client whose renderer cannot bridge re-tokenizes sampled turns; docs/guides/train.md)."""
         return float(trace.num_branches)
 
     @vf.metric

@@ -38,15 +38,21 @@ Before anything starts, the endpoint is checked (GET <base>/models within 5 s: r
 model served; with one model served, -m may be left out).
 
 Results (-s): <output-dir>/<env>--<model>/<run id>/results.jsonl (one rollout a line, written as each
-finishes) and metadata.json (settings without secrets, counts, summary). -R <run folder> runs only the
-(task, rollout) pairs missing there, with the saved settings; the summary covers all of them.
-Errored rollouts are kept in results.jsonl, counted by type, and left out of reward and pass@k.
+finishes) and metadata.json (settings without secrets, counts, summary). Errored rollouts are kept in
+results.jsonl, counted by type, and left out of reward and pass@k.
+
+Resume: -R <run folder> runs only the (task, rollout) pairs with no line there, with the saved settings;
+the summary covers all of them. Every saved line counts as done, errored ones (timeout, worker_lost, ...)
+included: delete those lines to run them again. -b, -k, -c, --timeout, --pass-threshold, the judges and
+the Ray flags may change; ENV, -m, --api, --policy, -n, -r, the sampling flags, -a, --save-trace and
+--exact-tokens may not (a different value is refused).
 
 Exit status: 0 when the run finished (also when some rollouts failed: the output says so), 1 when
 it could not start or every rollout failed, 2 for bad arguments, 130/143 when interrupted.
 
 Examples:
   verifiers-nemo eval example_multi_step                       # replay, no GPU
+  verifiers-nemo eval example_multi_step,example_single_tool_call   # a mix: one Gym stack each
   verifiers-nemo eval example_multi_step -m Qwen/Qwen3-8B -b http://gpu-node:8000/v1 -n 100 -r 4 -c 64 -s
   verifiers-nemo eval nemo-gym-env -a '{"nemo_env": "example_single_tool_call"}' -s
   verifiers-nemo eval -R outputs/evals/example_multi_step--replay/20250101-120000-a1b2c3
@@ -175,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         "env",
         nargs="?",
         metavar="ENV",
-        help="a packaged Gym environment (see `verifiers-nemo envs`), or nemo-gym-env with "
-        "-a '{\"nemo_env\": NAME}'; optional with -R",
+        help="a packaged Gym environment (see `verifiers-nemo envs`); several separated by commas, a mix run "
+        "together (ENV1,ENV2); or nemo-gym-env with -a '{\"nemo_env\": NAME}'; optional with -R",
     )
     model = ev.add_argument_group("model endpoint")
     model.add_argument("-m", "--model", help="model to evaluate (default: the only model the server serves)")
@@ -231,7 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = ev.add_argument_group("what to run")
     run.add_argument(
-        "-n", "--num-examples", type=_positive_int, metavar="N", help="first N examples of the dataset (default: all)"
+        "-n",
+        "--num-examples",
+        type=_positive_int,
+        metavar="N",
+        help="first N examples of the dataset (default: all). The packaged example datasets have 5 rows; for more, "
+        '-a \'{"dataset": "validation"}\' or -a \'{"jsonl_path": FILE}\'',
     )
     run.add_argument(
         "-r", "--rollouts-per-example", type=_positive_int, metavar="R", help="rollouts per example (default 1)"
@@ -247,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--env-args",
         type=_json_object,
         metavar="JSON",
-        help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, max_steps, "
-        "gym_python, ... (and nemo_env with ENV nemo-gym-env)",
+        help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, gym_python, max_steps "
+        "(Gym's step bound for simple agents whose config sets none; default 100), ... (and nemo_env with ENV "
+        "nemo-gym-env)",
     )
 
     scale = ev.add_argument_group("scale out on Ray (each actor owns one Gym stack; needs verifiers-nemo[ray])")

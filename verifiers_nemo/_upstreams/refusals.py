@@ -46,7 +46,7 @@ KNOWN_REFUSALS: tuple[KnownRefusal, ...] = (
         "the renderer verifiers' training client uses for this model cannot parse tool calls (DefaultRenderer has "
         "no tool-call parser), and this environment offers tools",
         "set the client's renderer to the model's typed renderer (renderers' `name`, e.g. qwen3), or to a custom "
-        'renderer that parses its tool calls (`name = "custom"`, `import_path`; README: Train with prime-rl)',
+        'renderer that parses its tool calls (`name = "custom"`, `import_path`; docs/guides/train.md)',
     ),
     IMAGES_REFUSAL := KnownRefusal(
         "does not support process_multimodal=False",
