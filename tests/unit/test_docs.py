@@ -197,7 +197,6 @@ def test_every_toml_and_json_block_parses_and_says_which_test_runs_it(page: Path
     named = [ROOT / name for reason in reasons for name in re.findall(r"tests/[\w/]+\.py", reason)]
     tied = {  # blocks whose runner reads them through a helper: the helper's own checks below
         "README.md": "tests/unit/test_docs.py",
-        "training-check.md": "tests/unit/test_docs.py",
     }
     assert named or page.name in tied, f"{page.name}:{block.lineno}: no mark names the test that runs this block"
     for test in named:
@@ -216,16 +215,6 @@ def test_the_readme_s_toml_is_the_first_source_of_the_training_recipe() -> None:
     (shown,) = readme["orchestrator"]["train"]["source"]
     assert shown["name"] == recipe["name"] and shown["env"]["taskset"] == recipe["env"]["taskset"]
     assert shown["env"]["agent"]["harness"]["id"] == recipe["env"]["agent"]["harness"]["id"]
-
-
-def test_the_training_check_s_client_config_is_the_one_the_suite_gives_vf_eval() -> None:
-    from tests.e2e.train_engines import guide_toml, train_client
-
-    (config,) = _toml_blocks(DOCS / "guides" / "training-check.md")
-    client = config["client"]
-    assert client["type"] == "train" and set(client) <= set(train_client("http://x/v1", Path("t")))
-    assert client["renderer"] == guide_toml('name = "qwen3"')["orchestrator"]["renderer"]
-    assert set(config["sampling"]) <= {"max_tokens", "temperature", "top_p"}
 
 
 def test_the_row_format_example_is_a_row_the_taskset_accepts(tmp_path: Path) -> None:

@@ -191,7 +191,8 @@ def _training_rows(row: Any, settings: Mapping[str, Any], summary: Mapping[str, 
                 f"({example['role']}), token {example['token']:,}: {example['cause']}: {example['detail']}",
             )
             if example.get("sampled") is not None:
-                row("", f"sampled {_snippet(example['sampled'])} · rendered again {_snippet(example['rendered'])}")
+                sampled, rendered = _around_difference(example["sampled"], example["rendered"])
+                row("", f"sampled {sampled} · rendered again {rendered}")
         if env.get("replay_unfaithful"):
             row(
                 "",
@@ -210,9 +211,18 @@ def _reproduced(summary: Mapping[str, Any], env: str) -> list[str]:
     return [f"{replay['reproduced']:,}/{replay['compared']:,} reproduced"] if replay else []
 
 
-def _snippet(text: str, limit: int = 70) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
+def _around_difference(a: str, b: str, lead: int = 24, limit: int = 60) -> tuple[str, str]:
+    """Two texts from a little before where they first differ, each at most ``limit`` characters, as reprs."""
+    same = 0
+    while same < min(len(a), len(b)) and a[same] == b[same]:
+        same += 1
+    start = max(0, same - lead)
+
+    def shown(text: str) -> str:
+        part = text[start : start + limit]
+        return ("..." if start else "") + repr(part) + ("..." if start + limit < len(text) else "")
+
+    return shown(a), shown(b)
 
 
 def _status_line(metadata: Mapping[str, Any]) -> str:
