@@ -32,6 +32,7 @@ import yaml
 from .._exceptions import ConfigurationError, UnknownEnvironmentError
 from .._judge.config import judge_names
 from .config import (
+    INCLUDES,
     POLICY_MODEL,
     RESOURCES_SERVERS,
     RESPONSES_API_AGENTS,
@@ -39,6 +40,7 @@ from .config import (
     YAML_LOADER,
     config_strings,
     interpolations,
+    load_config,
     requirements_beyond_nemo_gym,
     server_entries,
 )
@@ -489,6 +491,8 @@ def _load_config(root: Path, path: Path) -> GymConfig:
     problems: list[str] = []
     try:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=YAML_LOADER)  # a safe loader (C or pure Python)
+        if isinstance(doc, Mapping) and INCLUDES in doc:
+            doc = load_config(path)  # with the configs it pulls in (its own config_paths), as nemo-gym reads it
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         return GymConfig(path, relpath, (), (), (), (), (), (f"cannot be read as YAML: {exc}",))
     if not isinstance(doc, Mapping):
