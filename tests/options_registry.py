@@ -136,7 +136,8 @@ EFFECT_TESTS: dict[str, str] = {
     "eval --save-trace": E + "test_save_trace_saves_every_policy_call",
     "eval --pass-threshold": E + "test_pass_threshold_decides_which_rollouts_count_as_correct",
     "eval --report": "tests/e2e/test_report.py::test_eval_report_of_a_replay_run_shows_every_rollout_and_its_tool_calls",
-    "eval --client-type": TRAIN + "test_the_guide_s_check_of_a_mix_of_every_offline_gym_agent_says_what_it_trains_on_0_4",
+    "eval --client-type": TRAIN
+    + "test_the_guide_s_check_of_a_mix_of_every_offline_gym_agent_says_what_it_trains_on_0_4",
     "eval --renderer": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
     "eval --renderer-model": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
     "eval --renderer-config": TRAIN + "test_with_the_guide_s_thinking_retention_fix_every_rollout_is_one_sample_on_0_7",
