@@ -12,7 +12,6 @@ import logging
 import os
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -25,11 +24,13 @@ from .._gym import GymRuntime, ServerInstance, cache_dir
 from .._gym.env_vars import config_variable_names
 from .._signals import before_forced_exit
 from .config import HOST, StackConfig
+from .launchers import launcher_venv
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
 from .plan import POLICY_IMPLEMENTATION, child_env, ng_run_argv, policy_model_config, run_id
 from .procs import PortReservation, http_ok, remove_legacy_port_locks, reserve_ports, sweep_dead_owners
 from .ray_head import RayHead
-from .supervisor import GYM_SIDE, start_supervised
+from .supervisor import GYM_SIDE, Supervised, start_supervised
+from .warm_parent import WarmParent, WarmStartUnavailable, remember_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ class Launch:
     """One run of the stack's processes: its supervisor, folders and port table."""
 
     generation: int
-    supervisor: subprocess.Popen[bytes]
+    supervisor: Supervised
+    """Plain (``subprocess.Popen``) or forked by the warm parent (``WarmSupervisor``)."""
     run_dir: Path
     log_path: Path
     """ng_run's output (every server's too), in the launch's log folder ``log_path.parent``, which
@@ -86,26 +88,33 @@ def spawn(
     ray_head: RayHead | None,
     venvs: dict[str, Path | None],
     generation: int,
+    warm: WarmParent | None = None,
 ) -> Launch:
-    """Start generation ``generation`` of the stack's processes (not waiting for them to answer)."""
-    links = _link_venvs(runtime, instances, venvs)
+    """Start generation ``generation`` of the stack's processes (not waiting for them to answer): forked from
+    the warm parent ``warm`` when given (the servers on the runtime through its launcher venv), else plain."""
+    links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime) if warm is not None else None)
     sweep_run_dirs(cache_dir() / "runs")
     sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
     remove_legacy_port_locks(cache_dir() / "ports")
     name = run_id(config.name, os.getpid(), secrets.token_hex(4))
     with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
-        return _new_launch(config, instances, runtime, ray_head, links, name, generation)
+        return _new_launch(config, instances, runtime, ray_head, links, name, generation, warm)
 
 
-def _link_venvs(runtime: GymRuntime, instances: Sequence[ServerInstance], venvs: dict[str, Path | None]) -> Path:
-    """Point each server's ``.venv`` at the runtime, or at its own venv in ``venvs`` (nemo-gym then
-    skips building one); not for servers whose venv is None there (isolated: nemo-gym builds it, in
-    a folder of its own so that no link of a non-isolated stack takes its place)."""
+def _link_venvs(
+    runtime: GymRuntime, instances: Sequence[ServerInstance], venvs: dict[str, Path | None], launcher: Path | None
+) -> Path:
+    """Point each server's ``.venv`` at the runtime (or, started warm, at its ``launcher`` venv), or at its own
+    venv in ``venvs`` (nemo-gym then skips building one); not for servers whose venv is None there (isolated:
+    nemo-gym builds it, in a folder of its own so that no link of a non-isolated stack takes its place)."""
     links = cache_dir() / "server-venvs" / hashlib.sha256(str(runtime.prefix).encode()).hexdigest()[:12]
     if None in venvs.values():
         links = links.with_name(links.name + "-isolated")
-    targets = {i.rel_dir: venvs.get(i.name, runtime.prefix) for i in instances}
-    targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = runtime.prefix
+    if launcher is not None:
+        links = links.with_name(links.name + "-warm")
+    on_runtime = launcher or runtime.prefix
+    targets = {i.rel_dir: venvs.get(i.name, on_runtime) for i in instances}
+    targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = on_runtime
     for rel, target in targets.items():
         link = links / rel / ".venv"
         if target is None or (link.is_symlink() and link.resolve() == target.resolve()):
@@ -125,6 +134,7 @@ def _new_launch(
     links: Path,
     name: str,
     generation: int,
+    warm: WarmParent | None,
 ) -> Launch:
     run_dir = cache_dir() / "runs" / name
     log_dir = logs_dir() / name
@@ -163,7 +173,9 @@ def _new_launch(
     own = config_variable_names(config.config_paths)  # the env's own variables reach its servers only
     env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=(*config.pass_env, *own)))
     env |= ray_head.env() if ray_head is not None else {}
-    supervisor = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
+    supervisor = _warm_supervisor(warm, runtime, spec, env, run_dir) if warm is not None else None
+    if supervisor is None:
+        supervisor = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
     return Launch(
         generation=generation,
         supervisor=supervisor,
@@ -174,6 +186,18 @@ def _new_launch(
         started_at=time.monotonic(),
         ports=reservation,
     )
+
+
+def _warm_supervisor(
+    warm: WarmParent, runtime: GymRuntime, spec: dict, env: dict[str, str], run_dir: Path
+) -> Supervised | None:
+    """The stack's supervisor forked by the warm parent, or None (said once) when it cannot be: its servers'
+    launchers then start plain interpreters."""
+    try:
+        return warm.supervise(spec, env, run_dir)
+    except WarmStartUnavailable as exc:
+        remember_unavailable(runtime, warm, str(exc))
+        return None
 
 
 def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
