@@ -49,6 +49,8 @@ def main() -> None:
     path = os.environ.get("PATH", "").split(os.pathsep)
     if path and os.path.realpath(path[0]) == _HERE:  # there for nemo-gym 0.4's bare `python`: not the server's
         os.environ["PATH"] = os.pathsep.join(path[1:])
+    if os.path.realpath(os.environ.get("_", "")) == os.path.realpath(__file__):
+        os.environ["_"] = sys.executable  # bash's "command being run": the interpreter, as without a launcher
     argv = sys.argv[1:]
     if not argv or argv[0].startswith("-") or argv[0] == "" or not os.path.isfile(argv[0]):
         _plain(argv)  # interpreter options, -c, -m, a REPL, a missing script: the plain interpreter says it
@@ -150,8 +152,9 @@ def _mirror(status: int | None) -> None:
     if status is not None and os.WIFEXITED(status):
         os._exit(os.WEXITSTATUS(status))
     sig = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else signal.SIGKILL
-    signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
     os.kill(os.getpid(), sig)
     os._exit(128 + sig)  # a signal whose default is to be ignored
 

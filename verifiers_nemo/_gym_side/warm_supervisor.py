@@ -55,6 +55,7 @@ class WarmSupervisor:
         self.by_fd: dict[int, int] = {}  # a launcher channel's fd -> the server pid
         self.said: set[str] = set()
         self.listener: socket.socket | None = None
+        self.poller: Any = None
         self.log: Any = None
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
@@ -75,7 +76,7 @@ class WarmSupervisor:
         child = self._start_ng_run()
         if child is not None:
             return child
-        poller = select.poll()
+        poller = self.poller = select.poll()
         for fd in (0, self.wake_r, self.listener.fileno()):
             poller.register(fd, select.POLLIN)
         while not self.stop and self.ng_status is None:
@@ -220,9 +221,18 @@ class WarmSupervisor:
 
     def _launcher_readable(self, fd: int, poller: select.poll) -> None:
         """A launcher's connection is readable only when it closes: the launcher died before its server."""
-        pid = self.by_fd.pop(fd)
-        poller.unregister(fd)
+        pid = self.by_fd[fd]
         channel = self.served.get(pid)
+        if channel is not None:
+            try:
+                if channel.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                    return  # a launcher says nothing after its request: not a close
+            except (BlockingIOError, InterruptedError):
+                return  # an event of an earlier connection that had this descriptor number
+            except OSError:
+                pass
+        del self.by_fd[fd]
+        poller.unregister(fd)
         self.served[pid] = None
         if channel is not None:
             channel.close()
@@ -245,6 +255,7 @@ class WarmSupervisor:
                 channel = self.served.pop(pid)
                 if channel is not None:
                     self.by_fd.pop(channel.fileno(), None)
+                    self.poller.unregister(channel.fileno())
                     with contextlib.suppress(OSError):
                         channel.send({"status": status})
                     channel.close()

@@ -1,0 +1,248 @@
+"""The warm start, process by process: a server forked by its stack's warm supervisor is what a fresh interpreter
+would be, exits and takes signals as one, dies with its launcher, and many start at once on a loaded machine.
+
+No Gym stack here: a driver script stands for ``ng_run`` (the stack's supervisor forks it warm, as it forks
+ng_run) and starts small apps the way nemo-gym starts servers (``cd DIR && source VENV/bin/activate && ...
+python app.py``), once through the runtime itself (the plain start) and once through the launcher venv a warm
+stack links. The same driver under the plain supervisor (no warm supervisor in its session) shows the launcher's
+fallback. Both Gym releases (0.7: the test-only 3.13.0 runtime, told the 3.13.14 floor; see .ci/setup-gym07).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verifiers_nemo._gym.runtime import find_gym_runtime
+from verifiers_nemo._stack.config import StackConfig
+from verifiers_nemo._stack.launchers import launcher_venv
+from verifiers_nemo._stack.plan import child_env
+from verifiers_nemo._stack.ray_head import join_env_without_token
+from verifiers_nemo._stack.supervisor import WarmSupervisor, start_supervised, stop_supervised
+from verifiers_nemo._stack.warm_parent import acquire_warm_parent, release_warm_parent
+
+pytestmark = pytest.mark.e2e
+
+GYM07 = Path(__file__).parents[2] / ".venv-gym07" / "bin" / "python"
+RELEASES = ["0.4", pytest.param("0.7", marks=pytest.mark.skipif(not GYM07.exists(), reason="no .venv-gym07"))]
+CROWD, BUSY_LOOPS = 24, 8
+
+APP = textwrap.dedent(
+    """
+    import json, os, resource, signal, sys, time
+    mode, out = sys.argv[1], sys.argv[2]
+    def view():
+        import ray  # what a Gym server imports: the state after the same imports is compared
+        fds = {}
+        for fd in sorted(int(n) for n in os.listdir("/proc/self/fd")):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            fds[fd] = target.split(":")[0] if ":" in target else target
+        del fds[max(fds)]  # the listing's own
+        main = sys.modules["__main__"]
+        return {
+            # the result file's name is each run's own
+            "argv": [*sys.argv[:-1], "OUT"], "orig_argv_tail": [*sys.orig_argv[1:-1], "OUT"],
+            "executable": sys.executable, "path": sys.path,
+            "env": {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"}, "cwd": os.getcwd(),
+            "fds": fds, "umask": os.umask(0o22), "prefix": [sys.prefix, sys.base_prefix],
+            "signals": {int(s): repr(signal.getsignal(s)) for s in signal.valid_signals()
+                        if s not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(s) is not None},
+            "blocked": sorted(map(int, signal.pthread_sigmask(signal.SIG_BLOCK, []))),
+            "rlimits": {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")},
+            "main": {"name": __name__, "file": __file__, "keys": sorted(k for k in vars(main) if k.startswith("__")),
+                     "loader": type(__loader__).__name__, "spec": __spec__},
+            "stdout": [sys.stdout.line_buffering, sys.stdout.write_through, sys.stdout.encoding],
+            "flags": list(sys.flags), "ray_client_mode": os.environ.get("RAY_CLIENT_MODE"),
+            "mp_dir": __import__("multiprocessing.process").process.ORIGINAL_DIR,
+        }
+    def report(**what):
+        with open(out, "w") as f:
+            json.dump({"forked": os.getppid() == os.getsid(0), "pid": os.getpid(), **what}, f)
+    if mode == "view":
+        report(view=view())
+    elif mode == "exit3":
+        report(); sys.exit(3)
+    elif mode == "raise":
+        report(); raise ValueError("boom")
+    elif mode == "kill-self":
+        report(); os.kill(os.getpid(), signal.SIGTERM); time.sleep(30)
+    elif mode == "wait-usr1":
+        signal.signal(signal.SIGUSR1, lambda *_: sys.exit(42))
+        report(); time.sleep(60)
+    elif mode in ("wait", "crowd"):
+        if mode == "crowd":
+            sum(i * i for i in range(200_000))
+        report()
+        if mode == "wait":
+            time.sleep(60)
+    """
+)
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, signal, subprocess, sys, time
+    app_dir, plain_venv, warm_venv, out = sys.argv[1:5]
+    def start(venv, mode, name):
+        result = os.path.join(app_dir, f"{name}.json")
+        command = f"cd {app_dir} && source {venv}/bin/activate && X=1 exec python app.py {mode} {result}"
+        proc = subprocess.Popen(["bash", "-c", command], stderr=subprocess.PIPE, text=True)
+        return proc, result
+    def reported(result, timeout=60):
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(result) or not os.path.getsize(result):
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        time.sleep(0.05)
+        with open(result) as f:
+            return json.load(f)
+    def gone(pid, timeout=15):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split(") ")[1][0] == "Z":
+                        return True
+            except OSError:
+                return True
+            time.sleep(0.05)
+        return False
+    results = {}
+    for how, venv in (("plain", plain_venv), ("warm", warm_venv)):
+        for mode in ("view", "exit3", "raise", "kill-self"):
+            proc, result = start(venv, mode, f"{how}-{mode}")
+            _, err = proc.communicate(timeout=120)
+            results[f"{how}-{mode}"] = {"code": proc.returncode, "stderr": err, "report": reported(result, 1)}
+        proc, result = start(venv, "wait-usr1", f"{how}-usr1")
+        report = reported(result)
+        proc.send_signal(signal.SIGUSR1)
+        results[f"{how}-usr1"] = {"code": proc.wait(timeout=60), "report": report}
+        proc, result = start(venv, "wait", f"{how}-term")
+        report = reported(result)
+        proc.send_signal(signal.SIGTERM)
+        results[f"{how}-term"] = {"code": proc.wait(timeout=60), "report": report}
+        proc, result = start(venv, "wait", f"{how}-killed")
+        report = reported(result)
+        proc.kill()
+        proc.wait(timeout=60)
+        results[f"{how}-killed"] = {"report": report, "app_gone": bool(report) and gone(report["pid"])}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(os.environ["BUSY"]))]
+    started = time.monotonic()
+    crowd = [start(warm_venv, "crowd", f"crowd-{i}") for i in range(int(os.environ["CROWD"]))]
+    codes = [proc.wait(timeout=240) for proc, _ in crowd]
+    results["crowd"] = {"codes": codes, "seconds": time.monotonic() - started,
+                        "forked": [bool((reported(r, 5) or {}).get("forked")) for _, r in crowd]}
+    for proc in busy:
+        proc.kill()
+        proc.wait()
+    with open(out, "w") as f:
+        json.dump(results, f)
+    """
+)
+
+
+def _gym_env(python: str | None) -> tuple[Any, dict[str, str]]:
+    """A Gym runtime and the environment its stacks' warm parent gets (as ``GymStack`` computes it)."""
+    runtime = find_gym_runtime(python)
+    env = child_env(os.environ, runtime.bin_dir, StackConfig("suite", (), "")) | join_env_without_token()
+    return runtime, env
+
+
+def _run_driver(tmp: Path, python: str | None, warm: bool) -> dict[str, Any]:
+    """The driver under a stack supervisor, forked warm or started plain; its results."""
+    runtime, env = _gym_env(python)
+    apps = tmp / "apps"
+    apps.mkdir()
+    (apps / "app.py").write_text(APP)
+    (tmp / "driver.py").write_text(DRIVER)
+    out = tmp / "results.json"
+    argv = [str(tmp / "driver.py"), str(apps), str(runtime.prefix), str(launcher_venv(runtime)), str(out)]
+    spec = {"argv": argv, "cwd": str(tmp), "log": str(tmp / "driver.log"), "grace_s": 2.0, "ports": [],
+            "remove": [], "logs": []}  # fmt: skip
+    env = {**env, "BUSY": str(BUSY_LOOPS), "CROWD": str(CROWD if warm else 0)}
+    if warm:
+        parent = acquire_warm_parent(runtime, {k: v for k, v in env.items() if k not in ("BUSY", "CROWD")})
+        try:
+            supervisor: Any = parent.supervise(spec, env, tmp)
+        finally:
+            release_warm_parent(parent)
+        assert isinstance(supervisor, WarmSupervisor)
+    else:  # the plain supervisor runs its argv as a command (ng_run's script runs by its #! line)
+        spec["argv"] = [str(runtime.python), *argv]
+        supervisor = start_supervised(runtime.python, spec, cwd=tmp, env=env)
+    supervisor.wait(timeout=600)
+    stop_supervised(supervisor, "driver", 5.0)
+    log = (tmp / "driver.log").read_text()
+    assert out.exists(), f"the driver did not finish:\n{log[-3000:]}"
+    return {"results": json.loads(out.read_text()), "log": log}
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    python = str(GYM07) if request.param == "0.7" else None
+    yield {
+        "warm": _run_driver(tmp_path_factory.mktemp(f"warm-{request.param}"), python, warm=True),
+        "plain-supervisor": _run_driver(tmp_path_factory.mktemp(f"plain-{request.param}"), python, warm=False),
+    }
+
+
+def test_the_driver_itself_ran_warm_and_its_launched_apps_were_forked(runs: dict[str, Any]) -> None:
+    warm = runs["warm"]["results"]
+    assert "Gym processes start warm" in runs["warm"]["log"]
+    assert all(warm[f"warm-{m}"]["report"]["forked"] for m in ("view", "exit3", "raise", "kill-self"))
+    assert not any(warm[f"plain-{m}"]["report"]["forked"] for m in ("view", "exit3", "raise", "kill-self"))
+
+
+def test_a_forked_server_sees_what_a_fresh_interpreter_sees(runs: dict[str, Any]) -> None:
+    results = runs["warm"]["results"]
+    plain, warm = results["plain-view"]["report"]["view"], results["warm-view"]["report"]["view"]
+    assert warm == plain
+
+
+def test_exit_codes_and_deaths_by_signal_are_those_of_the_plain_start(runs: dict[str, Any]) -> None:
+    results = runs["warm"]["results"]
+    for mode, code in (("exit3", 3), ("raise", 1), ("kill-self", -signal.SIGTERM)):
+        assert results[f"plain-{mode}"]["code"] == code
+        assert results[f"warm-{mode}"]["code"] == code, mode
+    assert results["warm-raise"]["stderr"] == results["plain-raise"]["stderr"]  # the traceback: the script's frames
+    assert "ValueError: boom" in results["warm-raise"]["stderr"]
+
+
+def test_signals_sent_to_the_launcher_reach_the_server(runs: dict[str, Any]) -> None:
+    results = runs["warm"]["results"]
+    assert results["warm-usr1"]["report"]["forked"]
+    assert results["warm-usr1"]["code"] == results["plain-usr1"]["code"] == 42  # its handler ran
+    assert results["warm-term"]["code"] == results["plain-term"]["code"] == -signal.SIGTERM
+
+
+def test_a_server_dies_with_its_launcher_killed_outright(runs: dict[str, Any]) -> None:
+    results = runs["warm"]["results"]
+    assert results["warm-killed"]["report"]["forked"]
+    assert results["warm-killed"]["app_gone"]
+    assert results["plain-killed"]["app_gone"]
+
+
+def test_many_servers_start_at_once_on_a_loaded_machine_without_a_hang(runs: dict[str, Any]) -> None:
+    crowd = runs["warm"]["results"]["crowd"]
+    assert crowd["codes"] == [0] * CROWD
+    assert all(crowd["forked"])
+    print(f"{CROWD} forked servers at once beside {BUSY_LOOPS} busy loops: {crowd['seconds']:.1f} s")
+
+
+def test_without_a_warm_supervisor_the_launcher_starts_the_plain_interpreter(runs: dict[str, Any]) -> None:
+    results = runs["plain-supervisor"]["results"]
+    for mode in ("view", "exit3", "raise", "kill-self", "usr1", "term"):
+        assert not results[f"warm-{mode}"]["report"]["forked"], mode
+        assert results[f"warm-{mode}"].get("code") == results[f"plain-{mode}"].get("code"), mode
+    assert results["warm-view"]["report"]["view"] == results["plain-view"]["report"]["view"]
+    assert results["warm-killed"]["app_gone"]
