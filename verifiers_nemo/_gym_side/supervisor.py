@@ -195,7 +195,9 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
     with open(spec["log"], "ab", buffering=0) as log:
-        ng_run = subprocess.Popen(spec["argv"], cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        # title_room: blank room after the arguments, which a warm parent's forks write their own command lines into
+        argv = [*spec["argv"], *([" " * spec["title_room"]] if spec.get("title_room") else [])]
+        ng_run = subprocess.Popen(argv, cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
         owner_said: list[bytes] = []
 

@@ -123,6 +123,7 @@ class WarmSupervisor:
             "argv": argv,
             "executable": sys.executable,
             "orig_argv0": sys.executable,
+            "comm": os.path.basename(argv[0]),  # the kernel names a #! script's process after the script
             "interpreter": self.preload["interpreter"],
             "cwd": self.spec["cwd"],
             "env": dict(os.environ),
@@ -153,7 +154,16 @@ class WarmSupervisor:
         return None
 
     def _ng_run_refusal(self, request: dict[str, Any]) -> str | None:
-        """ng_run's ``sys.path`` is the warm parent's own (the same interpreter and ``PYTHON*`` variables)."""
+        """ng_run runs warm when it is a Python script of the warm parent's own interpreter (a console script's
+        ``#!`` line names it: anything else, a wrapper say, runs as it is) and its ``sys.path`` is the warm
+        parent's own (the same interpreter and ``PYTHON*`` variables)."""
+        try:
+            with open(request["argv"][0], "rb") as f:
+                first = f.readline().strip()
+        except OSError as exc:
+            return f"{request['argv'][0]} cannot be read ({exc.strerror})"
+        if first != b"#!" + os.fsencode(sys.executable):
+            return f"{request['argv'][0]} is not a script of the warm parent's interpreter {sys.executable}"
         return self.helpers.warm_child.refusal(request, self.preload, own_path=False)
 
     def _accept(self, poller: select.poll) -> Any:

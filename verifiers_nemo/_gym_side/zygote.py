@@ -201,6 +201,7 @@ class Zygote:
             "path": path_now,
             "top_levels": sorted(preloaded - {m.split(".")[0] for m in _STARTUP_MODULES}),
             "native_env": {k: v for k, v in env_before.items() if helpers.warm_child.NATIVE.match(k)},
+            "own_modules": [f"_vnr_{name}" for name in _HELPERS],
             "path_prefix": path_now[:at],
             "path_suffix": path_now[at + len(startup) :],
             "env_read": sorted(env_read | changed),
@@ -237,6 +238,7 @@ class Zygote:
         self.listener.bind(path)
         os.chmod(path, 0o600)
         self.listener.listen(64)
+        self.helpers.warm_child.set_process_title(sys.orig_argv[:3], "python")  # less the room kept for the forks'
         print(
             f"[verifiers_nemo warm parent] ready: {self.preload['modules']} modules, one thread, pid {os.getpid()}",
             flush=True,
@@ -327,6 +329,8 @@ class Zygote:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        supervisor = os.path.join(_HERE, "supervisor.py")
+        warm_child.set_process_title([sys.executable, supervisor, json.dumps(request["spec"])], "python")
         return self.helpers.warm_supervisor.WarmSupervisor(request["spec"], owner, self.preload, self.helpers)
 
 

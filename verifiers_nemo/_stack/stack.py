@@ -308,12 +308,8 @@ class GymStack:
         if self._warm_parent is None:
             # The machine's, shared with other processes' stacks: none of this stack's own variables reach it
             # (each stack's supervisor gets its own environment).
-            own = replace(self.config, pass_env=())
-            env = child_env(os.environ, runtime.bin_dir, own)
-            if joins_shared_ray(self.config):  # Ray reads its authentication mode when it is imported
-                env |= join_env_without_token()
             try:
-                self._warm_parent = acquire_warm_parent(runtime, env)
+                self._warm_parent = acquire_warm_parent(runtime, warm_parent_env(self.config, runtime))
             except WarmStartUnavailable as exc:
                 say_unavailable(str(exc))
                 return None
@@ -373,6 +369,16 @@ class GymStack:
     def _mark_dead(self, launch: Launch, reason: str) -> None:
         if self._deaths.die(launch.generation, reason):
             logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
+
+
+def warm_parent_env(config: StackConfig, runtime: GymRuntime) -> dict[str, str]:
+    """The environment of the warm parent a stack of ``config`` forks from: what its Gym processes get, less the
+    stack's own variables (each stack's supervisor gets its own environment) and the Ray head's token (read only
+    when a driver connects), with Ray's authentication mode, which Ray reads when it is imported."""
+    env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=()))
+    if joins_shared_ray(config):
+        env |= join_env_without_token()
+    return env
 
 
 # -- process-wide registry: one stack per (process, config), teardown at exit -----------------------

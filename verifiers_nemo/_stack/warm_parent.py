@@ -43,7 +43,7 @@ from typing import Any
 from .._gym import GymRuntime, cache_dir
 from .._gym.runtime import site_packages
 from .._gym_side import wire
-from .._gym_side.warm_child import NATIVE, READ_LATE, rlimits, signal_state
+from .._gym_side.warm_child import NATIVE, READ_LATE, TITLE_ROOM, rlimits, signal_state
 from .leases import give_up_lease, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
 from .procs import kill_session
@@ -240,6 +240,7 @@ def _start(runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: P
     config = {"socket": str(sock), "preload": str(preload), "own_env": own_env}
     spec = {
         "argv": [str(runtime.python), str(GYM_SIDE / "zygote.py"), json.dumps(config)],
+        "title_room": TITLE_ROOM,
         "cwd": str(folder),
         "log": str(log_path),
         "grace_s": 2.0,
