@@ -26,7 +26,7 @@ from verifiers_nemo._stack.launchers import launcher_venv
 from verifiers_nemo._stack.plan import child_env
 from verifiers_nemo._stack.ray_head import join_env_without_token
 from verifiers_nemo._stack.supervisor import WarmSupervisor, start_supervised, stop_supervised
-from verifiers_nemo._stack.warm_parent import acquire_warm_parent, release_warm_parent
+from verifiers_nemo._stack.warm_parent import WarmStartUnavailable, acquire_warm_parent, release_warm_parent
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,15 @@ APP = textwrap.dedent(
             fds[fd] = target.split(":")[0] if ":" in target else target
         del fds[max(fds)]  # the listing's own
         main = sys.modules["__main__"]
+        with open("/proc/self/environ", "rb") as f:  # what other processes see: the environment it started with
+            started_with = dict(e.decode().split("=", 1) for e in f.read().split(b"\\0") if b"=" in e)
+        with open("/proc/self/cmdline", "rb") as f:
+            command = f.read().rstrip(b"\\0").split(b"\\0")[1:-1]
+        with open("/proc/self/comm") as f:
+            comm = f.read().strip()
         return {
+            "proc_environ": {k: v for k, v in started_with.items() if k != "RAY_AUTH_TOKEN"},
+            "proc_cmdline_tail": [c.decode() for c in command], "comm": comm,
             # the result file's name is each run's own
             "argv": [*sys.argv[:-1], "OUT"], "orig_argv_tail": [*sys.orig_argv[1:-1], "OUT"],
             "executable": sys.executable, "path": sys.path,
@@ -90,17 +98,17 @@ APP = textwrap.dedent(
 
 DRIVER = textwrap.dedent(
     """
-    import json, os, signal, subprocess, sys, time
+    import json, os, signal, subprocess, sys, textwrap, time
     app_dir, plain_venv, warm_venv, out = sys.argv[1:5]
     def start(venv, mode, name):
         result = os.path.join(app_dir, f"{name}.json")
         command = f"cd {app_dir} && source {venv}/bin/activate && X=1 exec python app.py {mode} {result}"
         proc = subprocess.Popen(["bash", "-c", command], stderr=subprocess.PIPE, text=True)
         return proc, result
-    def reported(result, timeout=60):
+    def reported(result, timeout=60, proc=None):
         deadline = time.monotonic() + timeout
         while not os.path.exists(result) or not os.path.getsize(result):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or (proc is not None and proc.poll() is not None):
                 return None
             time.sleep(0.02)
         time.sleep(0.05)
@@ -124,18 +132,32 @@ DRIVER = textwrap.dedent(
             _, err = proc.communicate(timeout=120)
             results[f"{how}-{mode}"] = {"code": proc.returncode, "stderr": err, "report": reported(result, 1)}
         proc, result = start(venv, "wait-usr1", f"{how}-usr1")
-        report = reported(result)
+        report = reported(result, proc=proc)
         proc.send_signal(signal.SIGUSR1)
         results[f"{how}-usr1"] = {"code": proc.wait(timeout=60), "report": report}
         proc, result = start(venv, "wait", f"{how}-term")
-        report = reported(result)
+        report = reported(result, proc=proc)
         proc.send_signal(signal.SIGTERM)
         results[f"{how}-term"] = {"code": proc.wait(timeout=60), "report": report}
         proc, result = start(venv, "wait", f"{how}-killed")
-        report = reported(result)
+        report = reported(result, proc=proc)
         proc.kill()
         proc.wait(timeout=60)
         results[f"{how}-killed"] = {"report": report, "app_gone": bool(report) and gone(report["pid"])}
+    # A process of another session (a user's, another stack's) asks this stack's warm supervisor: no answer.
+    knock = textwrap.dedent('''
+        import socket, sys
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(chr(0) + sys.argv[1])
+        try:
+            s.sendall(bytes([0, 0, 0, 2]) + b"{}")
+            print("answered" if s.recv(100) else "dropped")
+        except (BrokenPipeError, ConnectionResetError):
+            print("dropped")
+        ''')
+    name = f"verifiers-nemo-warm-{os.getuid()}-{os.getsid(0)}"
+    knocked = subprocess.run(["setsid", sys.executable, "-c", knock, name], capture_output=True, text=True, timeout=60)
+    results["foreign"] = {"said": knocked.stdout.strip(), "code": knocked.returncode}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(int(os.environ["BUSY"]))]
     started = time.monotonic()
     crowd = [start(warm_venv, "crowd", f"crowd-{i}") for i in range(int(os.environ["CROWD"]))]
@@ -164,7 +186,8 @@ def _run_driver(tmp: Path, python: str | None, warm: bool) -> dict[str, Any]:
     apps = tmp / "apps"
     apps.mkdir()
     (apps / "app.py").write_text(APP)
-    (tmp / "driver.py").write_text(DRIVER)
+    (tmp / "driver.py").write_text(f"#!{runtime.python}\n{DRIVER}")  # a script of the runtime, as ng_run is
+    (tmp / "driver.py").chmod(0o755)
     out = tmp / "results.json"
     argv = [str(tmp / "driver.py"), str(apps), str(runtime.prefix), str(launcher_venv(runtime)), str(out)]
     spec = {"argv": argv, "cwd": str(tmp), "log": str(tmp / "driver.log"), "grace_s": 2.0, "ports": [],
@@ -177,8 +200,7 @@ def _run_driver(tmp: Path, python: str | None, warm: bool) -> dict[str, Any]:
         finally:
             release_warm_parent(parent)
         assert isinstance(supervisor, WarmSupervisor)
-    else:  # the plain supervisor runs its argv as a command (ng_run's script runs by its #! line)
-        spec["argv"] = [str(runtime.python), *argv]
+    else:
         supervisor = start_supervised(runtime.python, spec, cwd=tmp, env=env)
     supervisor.wait(timeout=600)
     stop_supervised(supervisor, "driver", 5.0)
@@ -191,6 +213,7 @@ def _run_driver(tmp: Path, python: str | None, warm: bool) -> dict[str, Any]:
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     python = str(GYM07) if request.param == "0.7" else None
     yield {
+        "python": python,
         "warm": _run_driver(tmp_path_factory.mktemp(f"warm-{request.param}"), python, warm=True),
         "plain-supervisor": _run_driver(tmp_path_factory.mktemp(f"plain-{request.param}"), python, warm=False),
     }
@@ -239,6 +262,25 @@ def test_many_servers_start_at_once_on_a_loaded_machine_without_a_hang(runs: dic
     print(f"{CROWD} forked servers at once beside {BUSY_LOOPS} busy loops: {crowd['seconds']:.1f} s")
 
 
+def test_a_process_of_another_session_gets_no_fork(runs: dict[str, Any]) -> None:
+    assert runs["warm"]["results"]["foreign"] == {"said": "dropped", "code": 0}  # it connects: dropped unanswered
+
+
+def test_a_stack_supervisor_is_not_forked_for_an_environment_the_preload_saw_otherwise(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    """openai reads ``AZURE_OPENAI_AD_TOKEN`` when it is imported: a stack that passes one (``pass_env``) to its
+    processes cannot be a fork of a warm parent that imported openai without it."""
+    runtime, env = _gym_env(runs["python"])
+    parent = acquire_warm_parent(runtime, env)
+    try:
+        spec = {"argv": ["true"], "cwd": str(tmp_path), "log": str(tmp_path / "log"), "ports": [], "remove": []}
+        with pytest.raises(WarmStartUnavailable, match="AZURE_OPENAI_AD_TOKEN"):
+            parent.supervise(spec, env | {"AZURE_OPENAI_AD_TOKEN": "not-a-token"}, tmp_path)
+    finally:
+        release_warm_parent(parent)
+
+
 def test_without_a_warm_supervisor_the_launcher_starts_the_plain_interpreter(runs: dict[str, Any]) -> None:
     results = runs["plain-supervisor"]["results"]
     for mode in ("view", "exit3", "raise", "kill-self", "usr1", "term"):
@@ -246,3 +288,37 @@ def test_without_a_warm_supervisor_the_launcher_starts_the_plain_interpreter(run
         assert results[f"warm-{mode}"].get("code") == results[f"plain-{mode}"].get("code"), mode
     assert results["warm-view"]["report"]["view"] == results["plain-view"]["report"]["view"]
     assert results["warm-killed"]["app_gone"]
+
+
+def test_a_stack_the_warm_start_cannot_serve_starts_the_plain_way_and_says_so_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warm parent refuses the stack's supervisor (its environment holds a variable openai reads at import):
+    its processes start as fresh interpreters, the stack works, and the log says why, once (a restart asks no
+    more)."""
+    from tests.e2e.conftest import env_config
+    from tests.e2e.test_stack import _get, _listening_pid, _parent
+    from verifiers_nemo._gym.runtime import gym_root
+    from verifiers_nemo._stack import GymStack
+
+    monkeypatch.setenv("AZURE_OPENAI_AD_TOKEN", "not-a-token")
+    config = StackConfig(
+        "example_single_tool_call",
+        (env_config(gym_root(), "example_single_tool_call"),),
+        "http://127.0.0.1:9",
+        pass_env=("AZURE_OPENAI_AD_TOKEN",),
+    )
+    stack = GymStack(config)
+    caplog.set_level("WARNING", logger="verifiers_nemo")
+    try:
+        for _ in range(2):  # a start, then a restart
+            info = stack.restart() if stack.running else stack.start()
+            url = info.server_urls["example_single_tool_call"]
+            assert _get(url + "/") == 200
+            server = _listening_pid(int(url.rsplit(":", 1)[1]))
+            assert _parent(server) != stack.launch.supervisor.pid  # a fresh interpreter, its shell's child
+            assert not isinstance(stack.launch.supervisor, WarmSupervisor)
+    finally:
+        stack.stop()
+    said = [r.getMessage() for r in caplog.records if "start the plain way" in r.getMessage()]
+    assert len(said) == 1 and "AZURE_OPENAI_AD_TOKEN" in said[0], said

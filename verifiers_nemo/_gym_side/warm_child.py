@@ -10,7 +10,8 @@ Gym server; the warm supervisor itself for ``ng_run``) is when it starts running
 - environment, working directory, umask, resource limits: the requester's;
 - signals: the dispositions a fresh interpreter has (ignored where the requester inherited them ignored, else
   default; Python's own SIGINT, SIGPIPE and SIGXFSZ settings) and the requester's blocked mask;
-- the process's command line and name as ``ps`` shows them (``set_process_title``);
+- the process's command line and name as ``ps`` shows them (``set_process_title``), and its environment as other
+  processes read it (``/proc/PID/environ``: ``set_process_environ``);
 - ``sys``: ``argv``, ``orig_argv``, ``executable``, ``path`` (the requester's own, which the same interpreter
   computed from the same environment, with the script's directory first, and what the preload itself added to
   ``sys.path``), a fresh ``__main__`` module; our own helper modules are dropped from ``sys.modules``;
@@ -166,6 +167,32 @@ def set_process_title(argv: list[str], comm: str) -> None:
 
 TITLE_ROOM = 16384
 """Bytes of command line a warm parent keeps for its forks' own (``set_process_title``)."""
+ENV_ROOM = {f"VERIFIERS_NEMO_ENV_ROOM_{i}": " " * (120 << 10) for i in range(8)}
+"""A warm parent starts with these variables (960 KiB: a Gym server's environment holds its whole config; one
+variable may not exceed 128 KiB) and removes them at once: the room its forks write their own environments into
+(``set_process_environ``)."""
+
+
+def set_process_environ(env: Mapping[str, str]) -> None:
+    """Make ``/proc/self/environ`` (what other processes read of this one's environment: the environment it was
+    started with) ``env``: the memory the warm parent's own environment occupied at its start (with
+    ``ENV_ROOM``), NUL-padded. Call it once ``os.environ`` is ``env``: the C library then points to copies, not
+    to that memory. An environment that does not fit is cut at a variable's end."""
+    import ctypes
+
+    with open("/proc/self/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    start, end = int(fields[47]), int(fields[48])  # env_start, env_end: proc(5) fields 50 and 51
+    size = end - start
+    data = b""
+    for key, value in env.items():
+        entry = os.fsencode(key) + b"=" + os.fsencode(value) + b"\0"
+        if len(data) + len(entry) > size:
+            break
+        data += entry
+    ctypes.memset(start, 0, size)
+    ctypes.memmove(start, data, len(data))
 
 
 def become(request: Mapping[str, Any], received: list[int], preload: Mapping[str, Any]) -> Script:
@@ -180,6 +207,7 @@ def become(request: Mapping[str, Any], received: list[int], preload: Mapping[str
     os.umask(request["umask"])
     os.chdir(request["cwd"])
     _set_environ(request["env"], preload["env_after"], preload["env_before"])
+    set_process_environ(request["env"])  # as it was started: what the import changes later is not there either
     for name in preload.get("own_modules", ()):  # named: iterating sys.modules would copy pages of every key
         sys.modules.pop(name, None)
     script = os.path.abspath(request["argv"][0])

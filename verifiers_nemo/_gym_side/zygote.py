@@ -52,6 +52,8 @@ from collections.abc import Callable
 from typing import Any
 
 _STARTUP_PATH0, _STARTUP_PATH = sys.path[0], list(sys.path[1:])
+for _name in [name for name in os.environ if name.startswith("VERIFIERS_NEMO_ENV_ROOM_")]:
+    del os.environ[_name]  # the room for the forks' environments (warm_child.ENV_ROOM): never seen by anything
 _STARTUP_ENV = dict(os.environ)
 _STARTUP_MODULES = frozenset(sys.modules)
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -239,6 +241,7 @@ class Zygote:
         os.chmod(path, 0o600)
         self.listener.listen(64)
         self.helpers.warm_child.set_process_title(sys.orig_argv[:3], "python")  # less the room kept for the forks'
+        self.helpers.warm_child.set_process_environ(os.environ)  # the same
         print(
             f"[verifiers_nemo warm parent] ready: {self.preload['modules']} modules, one thread, pid {os.getpid()}",
             flush=True,
@@ -329,6 +332,7 @@ class Zygote:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        warm_child.set_process_environ(request["env"])
         supervisor = os.path.join(_HERE, "supervisor.py")
         warm_child.set_process_title([sys.executable, supervisor, json.dumps(request["spec"])], "python")
         return self.helpers.warm_supervisor.WarmSupervisor(request["spec"], owner, self.preload, self.helpers)

@@ -30,7 +30,7 @@ from .plan import POLICY_IMPLEMENTATION, child_env, ng_run_argv, policy_model_co
 from .procs import PortReservation, http_ok, remove_legacy_port_locks, reserve_ports, sweep_dead_owners
 from .ray_head import RayHead
 from .supervisor import GYM_SIDE, Supervised, start_supervised
-from .warm_parent import WarmParent, WarmStartUnavailable, remember_unavailable
+from .warm_parent import WarmParent, WarmStartUnavailable, say_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ class Launch:
     ready_seconds: float = 0.0
     ready: bool = False
     """Every server answered: until then no rollout is sent to it and no probe marks it dead."""
+    warm_refused: str | None = None
+    """Why the warm parent could not fork this launch's supervisor (it started the plain way), if it could not."""
     stopped: bool = False
 
     @property
@@ -173,10 +175,11 @@ def _new_launch(
     own = config_variable_names(config.config_paths)  # the env's own variables reach its servers only
     env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=(*config.pass_env, *own)))
     env |= ray_head.env() if ray_head is not None else {}
-    supervisor = _warm_supervisor(warm, runtime, spec, env, run_dir) if warm is not None else None
+    supervisor, refused = _warm_supervisor(warm, spec, env, run_dir) if warm is not None else (None, None)
     if supervisor is None:
         supervisor = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
     return Launch(
+        warm_refused=refused,
         generation=generation,
         supervisor=supervisor,
         run_dir=run_dir,
@@ -189,15 +192,15 @@ def _new_launch(
 
 
 def _warm_supervisor(
-    warm: WarmParent, runtime: GymRuntime, spec: dict, env: dict[str, str], run_dir: Path
-) -> Supervised | None:
-    """The stack's supervisor forked by the warm parent, or None (said once) when it cannot be: its servers'
-    launchers then start plain interpreters."""
+    warm: WarmParent, spec: dict, env: dict[str, str], run_dir: Path
+) -> tuple[Supervised | None, str | None]:
+    """The stack's supervisor forked by the warm parent, or None and why (said once) when it cannot be: its
+    servers' launchers then start plain interpreters."""
     try:
-        return warm.supervise(spec, env, run_dir)
+        return warm.supervise(spec, env, run_dir), None
     except WarmStartUnavailable as exc:
-        remember_unavailable(runtime, warm, str(exc))
-        return None
+        say_unavailable(str(exc))
+        return None, str(exc)
 
 
 def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:

@@ -25,12 +25,16 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def take_lease(folder: Path) -> tuple[Path, int]:
-    """A lease file of this process, created and locked: its path and fd (close the fd to let go)."""
+    """A lease file of this process, created and locked: its path and fd (close the fd to let go). It is locked
+    before it appears in ``folder`` (made beside it, then renamed in): a supervisor scanning the folder would take
+    an unlocked lease for a dead holder's and remove it."""
     folder.mkdir(exist_ok=True, mode=0o700)
-    path = folder / f"{os.getpid()}-{secrets.token_hex(4)}"
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    name = f"{os.getpid()}-{secrets.token_hex(4)}"
+    staged = folder.parent / f".lease-{name}"
+    fd = os.open(staged, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    return path, fd
+    os.rename(staged, folder / name)
+    return folder / name, fd
 
 
 def give_up_lease(lease: tuple[Path, int]) -> None:

@@ -64,6 +64,8 @@ class GymStack:
         self._monitor: Monitor | None = None
         self._ray_head: RayHead | None = None
         self._warm_parent: WarmParent | None = None
+        self._warm_refused: str | None = None
+        """Why the warm parent refused this stack (its own variables, say): later starts do not ask again."""
         self.runtime: GymRuntime | None = None
         self._instances = stack_servers(config)
         self._start_failure: tuple[float, StackStartError] | None = None
@@ -105,6 +107,7 @@ class GymStack:
             warm = self._join_warm_parent(self.runtime, venvs)  # it prepares while the Ray head starts
             head = self._join_ray_head(self.runtime)
             launch = spawn(self.config, self._instances, self.runtime, head, venvs, self._generation, warm)
+            self._warm_refused = self._warm_refused or launch.warm_refused  # the same stack is refused again
             self.begin_generation(launch)
             try:
                 wait_ready(self._launch, self.config.name, self.config.start_timeout)
@@ -300,7 +303,7 @@ class GymStack:
         """The machine's warm parent this launch forks from (kept across restarts while it lives), or None for a
         plain start: turned off (``StackConfig.warm_start``, ``VERIFIERS_NEMO_WARM_START=0``) or unavailable
         (said once)."""
-        if not warm_start_wanted(self.config.warm_start):
+        if not warm_start_wanted(self.config.warm_start) or self._warm_refused is not None:
             return None
         parent = self._warm_parent
         if parent is not None and not parent.alive:

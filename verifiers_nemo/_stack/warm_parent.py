@@ -43,7 +43,14 @@ from typing import Any
 from .._gym import GymRuntime, cache_dir
 from .._gym.runtime import site_packages
 from .._gym_side import wire
-from .._gym_side.warm_child import NATIVE, READ_LATE, TITLE_ROOM, rlimits, signal_state
+from .._gym_side.warm_child import (
+    ENV_ROOM,
+    NATIVE,
+    READ_LATE,
+    TITLE_ROOM,
+    rlimits,
+    signal_state,
+)
 from .leases import give_up_lease, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
 from .procs import kill_session
@@ -62,7 +69,12 @@ _PROBE_TIMEOUT_S = 300.0
 
 
 class WarmStartUnavailable(Exception):
-    """The warm start cannot serve this stack: why (the stack starts the plain way)."""
+    """The warm start cannot serve this stack: why (the stack starts the plain way). ``broken``: the warm parent
+    itself cannot serve anyone (it could not prepare), not merely this stack."""
+
+    def __init__(self, reason: str, broken: bool = False) -> None:
+        super().__init__(reason)
+        self.broken = broken
 
 
 def warm_start_wanted(asked: bool | None) -> bool:
@@ -208,7 +220,9 @@ class WarmParent:
                 self._ready = True
             except OSError:
                 if not self.alive:
-                    raise WarmStartUnavailable(f"the warm parent exited while preparing: {self._reason()}") from None
+                    reason = f"the warm parent exited while preparing: {self._reason()}"
+                    _unavailable[(str(self.folder.parent), self.folder.name)] = reason  # not asked again here
+                    raise WarmStartUnavailable(reason, broken=True) from None
                 if time.monotonic() > deadline:
                     raise WarmStartUnavailable(f"the warm parent was not ready in {_READY_TIMEOUT_S:.0f}s") from None
                 time.sleep(0.02)
@@ -257,13 +271,39 @@ def _start(runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: P
     }
     jemalloc = ",".join(filter(None, [env.get(_JEMALLOC_CONF), "background_thread:false"]))
     try:
-        pid = start_detached(runtime.python, spec, cwd=folder, env={**env, _JEMALLOC_CONF: jemalloc})
+        # ENV_ROOM: removed by the warm parent at once (see warm_child)
+        pid = start_detached(runtime.python, spec, cwd=folder, env={**env, _JEMALLOC_CONF: jemalloc, **ENV_ROOM})
     except OSError as exc:
         raise WarmStartUnavailable(f"the warm parent did not start: {exc}") from exc
     state = {"pid": pid, "started": start_time(pid) or "", "socket": str(sock), "log": str(log_path)}
     write_state(folder / "state.json", state)
     logger.debug("Started the warm parent of %s (supervisor pid %d, log %s)", runtime.python, pid, log_path)
     return state
+
+
+_STALE_S = 3600.0
+
+
+def _sweep(heads_dir: Path, keep: Path) -> None:
+    """Remove the folders of warm parents that stopped more than an hour ago (one per key: an environment that
+    changed leaves one behind), each under its lock, taken without waiting, so a process that uses it keeps it."""
+    import fcntl
+    import shutil
+
+    try:
+        folders = [f for f in heads_dir.iterdir() if f.name.startswith("warm-") and f != keep]
+    except OSError:
+        return
+    for folder in folders:
+        try:
+            if time.time() - folder.stat().st_mtime < _STALE_S or (folder / "state.json").exists():
+                continue
+            with open(folder / "lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if not (folder / "state.json").exists() and not any((folder / "leases").glob("*")):
+                    shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _umask() -> int:
@@ -283,7 +323,7 @@ def _readlink(path: str) -> str:
 
 _parents: Registry[Path, WarmParent] = Registry(reusable=lambda parent: parent.alive)
 _unavailable: dict[tuple[str, str], str] = {}
-"""Per (runtime, key): why the warm start failed in this process (it is not tried again, and said once)."""
+"""Per warm parent (heads folder, key): why it could not prepare, in this process (it is not tried again)."""
 
 
 def acquire_warm_parent(runtime: GymRuntime, env: Mapping[str, str], heads_dir: Path | None = None) -> WarmParent:
@@ -297,19 +337,14 @@ def acquire_warm_parent(runtime: GymRuntime, env: Mapping[str, str], heads_dir: 
         raise WarmStartUnavailable(unusable)
     preload, listed = probe(runtime, env)
     folder = (heads_dir or ray_dir()) / f"warm-{key(runtime, env, listed.get('env_read', []))}"
-    failed = _unavailable.get((str(runtime.python), folder.name))
+    _sweep(folder.parent, keep=folder)
+    failed = _unavailable.get((str(folder.parent), folder.name))
     if failed is not None:
         raise WarmStartUnavailable(failed)
     parent, spent = _parents.acquire(folder, lambda: WarmParent(runtime, env, folder, preload))
     if spent is not None:
         spent.leave()
     return parent
-
-
-def remember_unavailable(runtime: GymRuntime, parent: WarmParent, reason: str) -> None:
-    """A warm parent that could not serve: this process does not ask it again (and says why, once)."""
-    _unavailable[(str(runtime.python), parent.folder.name)] = reason
-    say_unavailable(reason)
 
 
 _said: set[str] = set()
