@@ -29,7 +29,8 @@ def start_supervised(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict
 
     ``spec``: ``argv``, ``cwd``, ``log`` (the launcher's output), ``grace_s`` (SIGINT to SIGKILL), ``ports``
     (``[host, port]`` pairs whose closing ends the grace early), ``remove`` (paths removed once the session is
-    down) and ``logs`` (removed too, unless the launch failed). With ``leases`` (``dir``, ``lock``, ``state``,
+    down), ``logs`` (removed too, unless the launch failed) and ``title_room`` (bytes of blank argument after
+    ``argv``: a warm parent's room for its forks' command lines). With ``leases`` (``dir``, ``lock``, ``state``,
     ``linger_s``, ``poll_s``) the launch is not this process's: use ``start_detached``."""
     return _popen(python, spec, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
 
