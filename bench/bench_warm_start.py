@@ -106,13 +106,15 @@ def _pss(pids: list[int]) -> float:
 
 
 def _launchers(pids: list[int]) -> list[int]:
+    """The launcher processes among ``pids``: ``python LAUNCHER app.py``, the launcher named as nemo-gym ran it
+    (0.4: from PATH, the launcher venv's own path; 0.7: through the server's venv link)."""
     found = []
     for pid in pids:
         try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         except OSError:
             continue
-        if b"warm-launchers" in cmd:
+        if len(argv) > 1 and b"warm-launchers" in os.path.realpath(argv[1]):
             found.append(pid)
     return found
 
