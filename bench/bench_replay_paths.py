@@ -1,8 +1,8 @@
-"""The two ways in to a replay, side by side over the catalogue, on both Gym releases: the CLI
-(`verifiers-nemo eval ENV`, no `-b`: the replay policy, results saved) and the README's "Replay from Python" recipe
-run as written (only the environment's name changed; `tests/e2e/readme_python.py` runs it as `python -m asyncio`
-would). For each environment, each recorded row's outcome (error type, reward) of both; an environment where they
-differ on any row is a disagreement. The count of disagreements must be 0.
+"""The two ways in to a replay, side by side over the catalogue, on both Gym releases: the CLI (`verifiers-nemo eval
+ENV`, no `-b`: the replay policy, results saved) and the "Replay from Python" recipe of docs/guides/python.md run as
+written (only the environment's name changed; `tests/e2e/docs_python.py` runs it as `python -m asyncio` would). For
+each environment, each recorded row's outcome (error type, reward) of both; an environment where they differ on any
+row is a disagreement. The count of disagreements must be 0.
 
     .venv/bin/python bench/bench_replay_paths.py [--releases 0.4 0.7] [--envs A B ...] [--jobs 2] [--json FILE]
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from _common import add_json_flag, write_json  # noqa: E402
 
-from tests.e2e.readme_python import readme_block  # noqa: E402
+from tests.e2e.docs_python import doc_block  # noqa: E402
 from tests.e2e.test_replay import CANNOT_START_HERE  # noqa: E402
 from verifiers_nemo import NeMoGymTaskset, list_environments  # noqa: E402
 from verifiers_nemo._gym import gym_root  # noqa: E402
@@ -64,9 +64,9 @@ def environments(release: str) -> list[str]:
 
 
 def recipe_for(env: str) -> str:
-    """The README's recipe, its environment renamed, and one line after it that prints what each row gave."""
-    code = readme_block("ReplayServer.from_tasks")
-    assert f'"{RECIPE_ENV}"' in code, "the README's recipe names another environment: update RECIPE_ENV"
+    """The docs' recipe, its environment renamed, and one line after it that prints what each row gave."""
+    code = doc_block("ReplayServer.from_tasks")
+    assert f'"{RECIPE_ENV}"' in code, "the docs' recipe names another environment: update RECIPE_ENV"
     shown = "{r.task_index: [r.error.type if r.error else None, r.reward] for r in results}"
     return code.replace(f'"{RECIPE_ENV}"', f'"{env}"') + f"\nimport json\nprint({ROWS_LINE!r} + json.dumps({shown}))\n"
 
@@ -107,7 +107,7 @@ async def via_cli(env_name: str, env: dict[str, str], folder: Path) -> Rows | st
 
 
 async def via_recipe(env_name: str, env: dict[str, str], folder: Path) -> Rows | str:
-    runner = [str(RUNTIMES["0.4"]), str(ROOT / "tests" / "e2e" / "readme_python.py")]
+    runner = [str(RUNTIMES["0.4"]), str(ROOT / "tests" / "e2e" / "docs_python.py")]
     code, output = await _run(runner, env, folder, stdin=recipe_for(env_name))
     line = next((line for line in output.splitlines() if line.startswith(ROWS_LINE)), None)
     if line is None:
@@ -187,13 +187,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-replay-paths-") as scratch:
         for release in args.releases:
             names = args.envs or environments(release)
-            print(f"nemo-gym {release}: {len(names)} environments, CLI vs the README's recipe", flush=True)
+            print(f"nemo-gym {release}: {len(names)} environments, CLI vs the docs' recipe", flush=True)
             rows = asyncio.run(compare(release, names, args.jobs, Path(scratch)))
             disagreeing = [r["env"] for r in rows if not r["agree"]]
             neither = [r["env"] for r in rows if r["cli"] == r["recipe"] == "refused"]
             figures[release] = {"environments": len(rows), "disagreeing": disagreeing, "neither_ran": neither}
             figures[release]["rows"] = rows
-    print("\nrelease  environments  disagreeing  neither ran  (CLI vs the README's Python recipe, every recorded row)")
+    print("\nrelease  environments  disagreeing  neither ran  (CLI vs the docs' Python recipe, every recorded row)")
     for release, result in figures.items():
         differ, neither = result["disagreeing"], result["neither_ran"]
         print(f"{release:8s} {result['environments']:12d}  {len(differ):11d}  {len(neither):11d}"

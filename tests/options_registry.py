@@ -8,7 +8,7 @@ An option is named as a user meets it:
   by its metavar),
 * ``--env.taskset.limit`` / ``--env.agent.harness.timeout``: a field of the verifiers environment's
   config classes (``verifiers_nemo/_verifiers_v1.py``), as ``vf-eval nemo-gym-env`` sets it,
-* ``NeMoGymHarness(max_steps=)``: a parameter of a public constructor the README names
+* ``NeMoGymHarness(max_steps=)``: a parameter of a public constructor the docs name
   (``**kwargs`` as ``NeMoGymPool(**harness_args)``).
 
 ``EFFECT_TESTS`` maps each to ``path::test_name`` of a test that asserts what the option does (the
@@ -27,7 +27,7 @@ VERIFIERS_MODULE = ROOT / "verifiers_nemo" / "_verifiers_v1.py"
 
 # The verifiers config classes whose own fields are ``--env.*`` options, by the prefix vf-eval gives them.
 VERIFIERS_CONFIGS = {"GymTasksetConfig": "--env.taskset.", "GymHarnessConfig": "--env.agent.harness."}
-# verifiers' own fields that our environment reads and the README documents.
+# verifiers' own fields that our environment reads and the docs document (docs/reference/config.md).
 VERIFIERS_FIELDS_WE_READ = ("--env.agent.max-turns",)
 
 PUBLIC_CONSTRUCTORS = (
@@ -101,6 +101,7 @@ POOL = "tests/unit/test_pool.py::"
 RAY = "tests/e2e/test_ray.py::"
 MULTI_NODE = "tests/e2e/test_multi_node.py::"
 VF = "tests/e2e/test_verifiers_env.py::"
+TRAIN = "tests/e2e/test_training_check.py::"
 VERBOSE = U + "test_verbose_makes_info_logs_reach_stderr"
 EFFECT_TESTS: dict[str, str] = {
     # -- verifiers-nemo eval
@@ -135,6 +136,11 @@ EFFECT_TESTS: dict[str, str] = {
     "eval --save-trace": E + "test_save_trace_saves_every_policy_call",
     "eval --pass-threshold": E + "test_pass_threshold_decides_which_rollouts_count_as_correct",
     "eval --report": "tests/e2e/test_report.py::test_eval_report_of_a_replay_run_shows_every_rollout_and_its_tool_calls",
+    "eval --client-type": TRAIN
+    + "test_the_guide_s_check_of_a_mix_of_every_offline_gym_agent_says_what_it_trains_on_0_4",
+    "eval --renderer": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
+    "eval --renderer-model": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
+    "eval --renderer-config": TRAIN + "test_with_the_guide_s_thinking_retention_fix_every_rollout_is_one_sample_on_0_7",
     # -- report, export, envs, prepare, replay-server
     "report --verbose": VERBOSE,
     "report RUN_DIR": U + "test_report_writes_its_title_where_output_says",

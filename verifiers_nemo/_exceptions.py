@@ -19,7 +19,8 @@
         ├── GymAgentError                      "gym_agent"
         ├── GymServerDown                      "gym_server_down"
         ├── WorkerLost                         "worker_lost"
-        └── InvalidResult                      "invalid_result"
+        ├── InvalidResult                      "invalid_result"
+        └── VerifiersEpisodeError              "verifiers_episode"
 
 The ``ConfigurationError``/runtime branch is raised to the caller (one clear message naming the
 problem and the fix). ``RolloutError`` subclasses are carried on a ``RolloutResult`` (never raised
@@ -194,3 +195,9 @@ class InvalidResult(RolloutError):
     """The Gym agent returned a result that cannot be mapped (e.g. a non-numeric reward)."""
 
     type = "invalid_result"
+
+
+class VerifiersEpisodeError(RolloutError):
+    """verifiers failed the episode around a Gym rollout that did not fail (its env, interception or scoring)."""
+
+    type = "verifiers_episode"

@@ -56,6 +56,9 @@ class RolloutResult:
     """Gym's low-cardinality name of what went wrong (``judge_failed``...), masked or not."""
     failure_reason: str | None = None
     """Gym's free-text explanation of it."""
+    training: dict[str, Any] | None = None
+    """Under verifiers' training client (``eval --client-type train``): the training samples the rollout makes and
+    where it forked (``_training.forks.training_record``)."""
 
     @property
     def ok(self) -> bool:
@@ -88,6 +91,8 @@ class RolloutResult:
             out["failure_kind"], out["failure_reason"] = self.failure_kind, self.failure_reason
         if self.worker is not None:
             out["worker"] = self.worker
+        if self.training is not None:
+            out["training"] = self.training
         if include_trace:
             out["trace"] = [_call_to_dict(call) for call in self.trace]
         if include_gym_result:

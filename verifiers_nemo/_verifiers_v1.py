@@ -20,11 +20,13 @@ Importing this module imports ``verifiers`` (seconds): only the environment pack
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import random
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -132,7 +134,7 @@ class GymTask(vf.Task[GymTaskData, vf.State, GymTaskConfig]):
     @vf.metric
     async def branches(self, trace: vf.Trace) -> float:
         """The training samples this rollout makes: 1 when every turn continued what was sampled, more where a turn
-        forked (a training client whose renderer cannot bridge re-tokenizes sampled turns; README: Forks)."""
+        forked (a training client whose renderer cannot bridge re-tokenizes sampled turns; docs/guides/train.md)."""
         return float(trace.num_branches)
 
     @vf.metric
@@ -150,7 +152,7 @@ class GymTaskset(vf.Taskset[GymTask, GymTasksetConfig]):
         tasks = _load_gym_tasks(config)
         if config.shuffle:
             random.Random(config.seed).shuffle(tasks)
-        return [GymTask(_task_data(task, config), config.task) for task in tasks]
+        return [GymTask(task_data(task, config), config.task) for task in tasks]
 
 
 def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
@@ -165,7 +167,7 @@ def _load_gym_tasks(config: GymTasksetConfig) -> list[Task]:
     return list(taskset)  # recorded: the recordings, runnable as they are
 
 
-def _task_data(task: Task, config: GymTasksetConfig) -> GymTaskData:
+def task_data(task: Task, config: GymTasksetConfig) -> GymTaskData:
     recorded_reward = task.recorded_reward
     durable = {"id": str(task.example_id)} if "id" in vf.TaskData.model_fields else {}
     return GymTaskData(
@@ -311,6 +313,7 @@ class GymHarness(vf.Harness[GymHarnessConfig]):
         harness = await _shared_harness(data.nemo_env, self.config, gym_python=None)
         result = await harness.rollout(_gym_task(data), self._endpoint(ctx, endpoint, secret, data))
         trace.info[INFO_KEY] = {**_outcome(result), "nemo_gym_version": getattr(harness, "gym_version", None)}
+        ROLLOUT_RESULTS.put(trace.id, result)
         if result.masked and trace.agent is not None:
             # Gym says this reward is no valid measurement (mask_sample): verifiers' own flag for a trace whose
             # tokens must not train the policy (its dashboard also leaves untrainable traces out of its means).
@@ -459,6 +462,43 @@ def _forward_logs_to_verifiers() -> None:
         ours.setLevel(logger.getEffectiveLevel())
 
 
+class RolloutResults:
+    """The ``RolloutResult`` of each rollout this process's ``GymHarness`` ran, by trace id, kept only while someone
+    in this process runs verifiers episodes and reads them back (the eval's training-client runner: ``keep()``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keepers = 0
+        self._results: dict[str, RolloutResult] = {}
+
+    def put(self, trace_id: str, result: RolloutResult) -> None:
+        with self._lock:
+            if self._keepers:
+                self._results[trace_id] = result
+
+    def take(self, trace_id: str) -> RolloutResult | None:
+        with self._lock:
+            return self._results.pop(trace_id, None)
+
+    def keep(self) -> contextlib.AbstractContextManager[None]:
+        @contextlib.contextmanager
+        def keeping() -> Iterator[None]:
+            with self._lock:
+                self._keepers += 1
+            try:
+                yield
+            finally:
+                with self._lock:
+                    self._keepers -= 1
+                    if not self._keepers:
+                        self._results.clear()
+
+        return keeping()
+
+
+ROLLOUT_RESULTS = RolloutResults()
+
+
 # -- one NeMoGymHarness per (environment, options) in this process --------------------------------
 
 _registry_lock = threading.Lock()
@@ -494,6 +534,13 @@ async def _shared_harness(
     if start:
         await harness.astart()
     return harness
+
+
+def shared_harness(nemo_env: str) -> NeMoGymHarness | None:
+    """The process's harness for ``nemo_env`` when one is registered (its judge calls, for an eval's summary)."""
+    with _registry_lock:
+        entry = _registry.get(nemo_env)
+    return entry[0] if entry is not None else None
 
 
 async def _release_harness(harness: NeMoGymHarness) -> None:

@@ -107,7 +107,16 @@ class ServedEnv:
     process session, with its own verifiers-nemo cache folder and a marker in its environment (so every
     process it leaves, Gym's and Ray's included, can be found)."""
 
-    def __init__(self, tmp: Path, config: dict[str, Any], *, pool: str, workers: int | None, multiplex: int = 128):
+    def __init__(
+        self,
+        tmp: Path,
+        config: dict[str, Any],
+        *,
+        pool: str,
+        workers: int | None,
+        multiplex: int = 128,
+        environ: dict[str, str] | None = None,
+    ):
         tmp.mkdir(parents=True, exist_ok=True)
         self.tmp = tmp
         self.config = config
@@ -120,7 +129,8 @@ class ServedEnv:
         argv += ["--log-dir", str(self.log_dir), "--pool", pool, "--multiplex", str(multiplex)]
         if workers is not None:
             argv += ["--workers", str(workers)]
-        environ = _environ({"VERIFIERS_NEMO_CACHE_DIR": str(self.cache), MARK_VAR: self.marker.split("=", 1)[1]})
+        marked = {"VERIFIERS_NEMO_CACHE_DIR": str(self.cache), MARK_VAR: self.marker.split("=", 1)[1]}
+        environ = _environ({**(environ or {}), **marked})
         self.output = (tmp / "serve.out").open("wb")
         self.proc = subprocess.Popen(  # stdin: held open while we live (the server stops at its EOF)
             argv,
@@ -216,12 +226,20 @@ class ServedEnv:
 class EpisodeClient:
     """`env_server_driver.py client`: loads the taskset itself and sends batches of episodes."""
 
-    def __init__(self, tmp: Path, address: str, config: dict[str, Any], base_url: str, name: str = "client"):
+    def __init__(
+        self,
+        tmp: Path,
+        address: str,
+        config: dict[str, Any],
+        base_url: str,
+        name: str = "client",
+        environ: dict[str, str] | None = None,
+    ):
         argv = [str(VF_PYTHON), str(DRIVER), "client", address, json.dumps(config), "--base-url", base_url]
         self.stderr = (tmp / f"{name}.err").open("wb")
         self.proc = subprocess.Popen(
             argv,
-            env=_environ(),
+            env=_environ(environ),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.stderr,

@@ -43,6 +43,18 @@ here (measured: the slowest 1 s, on a busy CI machine a few), so an episode not 
 worker (verifiers 0.4.0 never answers it). The test waits this long for those, idle: it was 120 s, then 45 s."""
 
 
+def docs_eval_source() -> dict[str, Any]:
+    """The env config of the first `[[eval.source]]` of prime-rl's `eval.toml` in docs/guides/verifiers.md, as
+    prime-rl's launcher hands it to the source's env server."""
+    import re
+    import tomllib
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "verifiers.md").read_text()
+    [block] = [b for b in re.findall(r"```toml\n(.*?)```", guide, re.DOTALL) if "[[eval.source]]" in b]
+    env = tomllib.loads(block)["eval"]["source"][0]["env"]
+    return {"taskset": env["taskset"], "agent": env["agent"]}
+
+
 @pytest.fixture(scope="module")
 def vf_python() -> Path:
     if not VF_PYTHON.exists():
@@ -73,9 +85,11 @@ class Grown:
 
 @pytest.fixture(scope="module")
 def grown(vf_python: Path, replay_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grown]:
-    """An elastic pool (at most 2 workers, multiplex 8) grown under 120 episodes in flight at once."""
+    """An elastic pool (at most 2 workers, multiplex 8) grown under 120 episodes in flight at once, serving the env
+    config of prime-rl's eval source in docs/guides/verifiers.md (the replay server as its model)."""
     tmp = tmp_path_factory.mktemp("env-server")
-    config = env_config(NEMO_ENV, recorded=True)
+    config = docs_eval_source()
+    assert config == env_config(NEMO_ENV, recorded=True)
     served = ServedEnv(tmp, config, pool="elastic", workers=2, multiplex=MULTIPLEX)
     client = None
     try:

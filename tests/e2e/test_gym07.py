@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.readme_python import readme_block, run_here
+from tests.e2e.docs_python import doc_block, run_here
 from tests.e2e.test_verifiers_env import VF_PYTHON, _run, _traces, replay_server, vf_eval
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer
 
@@ -139,14 +139,14 @@ async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_p
         assert trace["agent"]["trainable"] is False, trace["agent"]
 
 
-def test_the_readme_python_replay_recipe_reproduces_every_recorded_reward_on_0_7(
+def test_the_docs_python_replay_recipe_reproduces_every_recorded_reward_on_0_7(
     gym07: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The README's replay recipe, as written, with nemo-gym 0.7 as the Gym runtime (``VERIFIERS_NEMO_GYM_PYTHON``):
-    its taskset reads 0.7's recordings and dataset, its harness runs a 0.7 stack."""
+    """The docs' replay recipe (Use from Python), as written, with nemo-gym 0.7 as the Gym runtime
+    (``VERIFIERS_NEMO_GYM_PYTHON``): its taskset reads 0.7's recordings and dataset, its harness runs a 0.7 stack."""
     monkeypatch.setenv("VERIFIERS_NEMO_GYM_PYTHON", gym07)
 
-    done = asyncio.run(run_here(readme_block("ReplayServer.from_tasks")))
+    done = asyncio.run(run_here(doc_block("ReplayServer.from_tasks")))
 
     assert "5/5 rewards equal the recorded ones" in capsys.readouterr().out
     assert [r.error for r in done["results"]] == [None] * 5

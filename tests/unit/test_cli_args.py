@@ -287,6 +287,10 @@ FLAG_EFFECTS: dict[str, tuple[list[str], list[str]]] = {
     "workers": (["--ray"], ["--workers", "2"]),
     "cpus_per_stack": (["--ray"], ["--cpus-per-stack", "2"]),
     "exact_tokens": ([], ["--exact-tokens"]),
+    "client_type": ([], ["--client-type", "train"]),
+    "renderer": (["--client-type", "train"], ["--renderer", "qwen3"]),
+    "renderer_model": (["--client-type", "train"], ["--renderer-model", "Qwen/Qwen3-8B"]),
+    "renderer_config": (["--client-type", "train"], ["--renderer-config", '{"thinking_retention": "all"}']),
 }
 """One use of every mapped flag, so a flag added to the parser and the mapping needs an effect here too."""
 FIELD_OF = {dest: name for name, spec in FIELDS.items() for dest in spec.flags}

@@ -21,6 +21,7 @@ DIALECT = (
     "for this dialect, or add renderer support for it."
 )
 NO_TOOLS = "DefaultRenderer does not support tools. Choose a model-specific renderer instead of the default fallback."
+IMAGES = "Qwen3Renderer does not support process_multimodal=False"
 BODY = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
 
 
@@ -34,8 +35,9 @@ def interception_error(message: str) -> bytes:
         (FORMAT, '{"token_id": N}', "prime-rl's inference server"),
         (DIALECT, "Chat Completions only", "--env.agent.harness.api chat"),
         (NO_TOOLS, "cannot parse tool calls", "custom"),
+        (IMAGES, "hold images", "vision renderer"),
     ],
-    ids=["generate-logprob-shape", "responses-dialect", "renderer-without-tools"],
+    ids=["generate-logprob-shape", "responses-dialect", "renderer-without-tools", "images-in-a-text-renderer"],
 )
 def test_each_known_refusal_is_recognised_with_its_cause_and_fix(message: str, cause: str, fix: str) -> None:
     refusal = known_refusal(502, interception_error(message))

@@ -119,6 +119,22 @@ def reference_overview(rollouts: list[Rollout], threshold: float) -> dict[str, A
         "call_latency": _quantiles([x for r in rollouts for x in r.call_latencies]),
         "output_tokens": _quantiles([float(r.output_tokens) for r in rollouts if r.output_tokens is not None]),
         "turns": _quantiles([float(r.turns) for r in rollouts]),
+        "training": _training(rollouts),
+    }
+
+
+def _training(rollouts: list[Rollout]) -> dict[str, Any] | None:
+    """Training samples over the rollouts that have them (verifiers' training client), from the list."""
+    trained = [r for r in rollouts if r.samples is not None]
+    if not trained:
+        return None
+    forked = [r for r in trained if r.fork is not None]
+    return {
+        "rollouts": len(trained),
+        "samples_per_rollout": sum(r.samples for r in trained) / len(trained),  # type: ignore[misc]
+        "one_sample": sum(1 for r in trained if r.samples == 1),
+        "forked": sum(1 for r in trained if r.samples > 1),  # type: ignore[operator]
+        "fork_example": {"task": forked[0].task, **forked[0].fork} if forked else None,  # type: ignore[dict-item]
     }
 
 
@@ -136,6 +152,17 @@ def _mixed_run(tmp_path: Path) -> Path:
             record["example_id"] = str(record["task_index"])
             if record["metrics"]:
                 record["metrics"]["solved"] = float(record["task_index"] % 2)  # per task 0 or 1: a Wilson interval
+            if record["task_index"] % 5:  # most rollouts ran under the training client; every third task forked
+                forked = record["task_index"] % 3 == 0
+                fork = {
+                    "turn": 2,
+                    "message": 3,
+                    "role": "assistant",
+                    "token": 40,
+                    "cause": "retokenized",
+                    "detail": "x",
+                }
+                record["training"] = {"branches": 2 if forked else 1, **({"fork": fork} if forked else {})}
             if record["reward"] is not None and not record.get("masked"):
                 record["reward"] = round(record["reward"] * 0.5 + record["metrics"]["set_overlap"] * 0.5, 3)
                 record["recorded_reward"] = record["reward"] if record["task_index"] % 4 else 1.0

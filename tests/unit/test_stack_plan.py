@@ -8,7 +8,14 @@ import pytest
 
 from verifiers_nemo import ConfigurationError
 from verifiers_nemo._stack import StackConfig
-from verifiers_nemo._stack.plan import child_env, joins_shared_ray, ng_run_argv, policy_model_config, stack_servers
+from verifiers_nemo._stack.plan import (
+    address_config,
+    child_env,
+    joins_shared_ray,
+    ng_run_argv,
+    policy_model_config,
+    stack_servers,
+)
 
 CONFIG = """\
 tiny_resources:
@@ -70,6 +77,25 @@ def test_argv_pins_every_server_to_loopback_and_its_port(tmp_path: Path) -> None
     assert "++tiny_resources.resources_servers.tiny.host=127.0.0.1" in argv
     assert "+ray_head_node_address=127.0.0.1:30000" in argv
     assert argv[-1] == "++tiny_agent.x=1"  # the caller's overrides win
+
+
+def test_a_server_whose_name_no_override_can_address_gets_its_address_from_our_config_file(tmp_path: Path) -> None:
+    """An agent implementation in a subfolder (nemo-gym 0.7's `conversational_tool_use/simulation`): Gym's override
+    parser refuses a dotted key with a `/`, so its host and port go in the config file merged after the env's."""
+    nested = CONFIG.replace("    simple_agent:", "    tool_use/simulation:")
+    config = _config(tmp_path, nested)
+    servers = {s.name: (s, 20000 + n) for n, s in enumerate(stack_servers(config))}
+
+    argv = ng_run_argv(
+        Path("/rt/bin/ng_run"), config, policy_yaml=tmp_path / "policy.yaml", head_port=19999, servers=servers,
+        venv_links=tmp_path / "links", uv_cache=tmp_path / "uv", server_logs=tmp_path / "logs", ray_head_address=None,
+    )  # fmt: skip
+
+    assert not any("tool_use/simulation" in arg for arg in argv)
+    assert "++tiny_resources.resources_servers.tiny.port=20000" in argv
+    assert address_config(servers) == {
+        "tiny_agent": {"responses_api_agents": {"tool_use/simulation": {"host": "127.0.0.1", "port": 20001}}}
+    }
 
 
 def test_own_ray_cluster_in_overrides_means_no_shared_head(tmp_path: Path) -> None:

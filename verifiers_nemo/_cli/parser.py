@@ -38,15 +38,21 @@ Before anything starts, the endpoint is checked (GET <base>/models within 5 s: r
 model served; with one model served, -m may be left out).
 
 Results (-s): <output-dir>/<env>--<model>/<run id>/results.jsonl (one rollout a line, written as each
-finishes) and metadata.json (settings without secrets, counts, summary). -R <run folder> runs only the
-(task, rollout) pairs missing there, with the saved settings; the summary covers all of them.
-Errored rollouts are kept in results.jsonl, counted by type, and left out of reward and pass@k.
+finishes) and metadata.json (settings without secrets, counts, summary). Errored rollouts are kept in
+results.jsonl, counted by type, and left out of reward and pass@k.
+
+Resume: -R <run folder> runs only the (task, rollout) pairs with no line there, with the saved settings;
+the summary covers all of them. Every saved line counts as done, errored ones (timeout, worker_lost, ...)
+included: delete those lines to run them again. -b, -k, -c, --timeout, --pass-threshold, the judges and
+the Ray flags may change; ENV, -m, --api, --policy, -n, -r, the sampling flags, -a, --save-trace and
+--exact-tokens may not (a different value is refused).
 
 Exit status: 0 when the run finished (also when some rollouts failed: the output says so), 1 when
 it could not start or every rollout failed, 2 for bad arguments, 130/143 when interrupted.
 
 Examples:
   verifiers-nemo eval example_multi_step                       # replay, no GPU
+  verifiers-nemo eval example_multi_step,example_single_tool_call   # a mix: one Gym stack each
   verifiers-nemo eval example_multi_step -m Qwen/Qwen3-8B -b http://gpu-node:8000/v1 -n 100 -r 4 -c 64 -s
   verifiers-nemo eval nemo-gym-env -a '{"nemo_env": "example_single_tool_call"}' -s
   verifiers-nemo eval -R outputs/evals/example_multi_step--replay/20250101-120000-a1b2c3
@@ -176,8 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
         "env",
         nargs="?",
         metavar="ENV",
-        help="a packaged Gym environment (see `verifiers-nemo envs`), or nemo-gym-env with "
-        "-a '{\"nemo_env\": NAME}'; optional with -R",
+        help="a packaged Gym environment (see `verifiers-nemo envs`); several separated by commas, a mix run "
+        "together (ENV1,ENV2); or nemo-gym-env with -a '{\"nemo_env\": NAME}'; optional with -R",
     )
     model = ev.add_argument_group("model endpoint")
     model.add_argument("-m", "--model", help="model to evaluate (default: the only model the server serves)")
@@ -232,7 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = ev.add_argument_group("what to run")
     run.add_argument(
-        "-n", "--num-examples", type=_positive_int, metavar="N", help="first N examples of the dataset (default: all)"
+        "-n",
+        "--num-examples",
+        type=_positive_int,
+        metavar="N",
+        help="first N examples of the dataset (default: all). The packaged example datasets have 5 rows; for more, "
+        '-a \'{"dataset": "validation"}\' or -a \'{"jsonl_path": FILE}\'',
     )
     run.add_argument(
         "-r", "--rollouts-per-example", type=_positive_int, metavar="R", help="rollouts per example (default 1)"
@@ -248,8 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--env-args",
         type=_json_object,
         metavar="JSON",
-        help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, max_steps, "
-        "gym_python, ... (and nemo_env with ENV nemo-gym-env)",
+        help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, gym_python, max_steps "
+        "(Gym's step bound for simple agents whose config sets none; default 100), ... (and nemo_env with ENV "
+        "nemo-gym-env)",
     )
 
     scale = ev.add_argument_group("scale out on Ray (each actor owns one Gym stack; needs verifiers-nemo[ray])")
@@ -301,6 +313,38 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ask the vLLM server for prompt/completion token IDs and logprobs (either --api), recorded "
         "in each policy call of the trace (--save-trace); vLLM-only request fields",
+    )
+
+    train = ev.add_argument_group(
+        "training client (check an environment the way prime-rl trains on it; needs verifiers-nemo[verifiers])"
+    )
+    train.add_argument(
+        "--client-type",
+        choices=("eval", "train"),
+        help="train: run every rollout as a verifiers episode under its training client (client.type = train): a "
+        "renderer renders each prompt to token IDs, the engine's /inference/v1/generate samples (the replay "
+        "policy: the recorded turns as tokens; with -b: a vLLM --enable-scale-out or prime-rl inference server), "
+        "the turns become training samples; the summary says per environment how many samples a rollout makes and "
+        "where it forked (default eval: calls go to the endpoint as they are)",
+    )
+    train.add_argument(
+        "--renderer",
+        metavar="NAME|FILE.py:Class",
+        help="the training client's renderer: a typed one (qwen3, llama-3, ...; default auto: by the model) or a "
+        "custom class (verifiers' [client.renderer] name / import_path)",
+    )
+    train.add_argument(
+        "--renderer-model",
+        metavar="NAME_OR_DIR",
+        help="the model whose tokenizer the renderer uses: a Hugging Face name or a local folder with its "
+        "tokenizer files (renderer_model_name; default -m; required with the replay policy)",
+    )
+    train.add_argument(
+        "--renderer-config",
+        type=_json_object,
+        metavar="JSON",
+        help='more [client.renderer] keys as a JSON object, e.g. \'{"thinking_retention": "all"}\' or a custom '
+        "renderer's chat_template",
     )
 
     out = ev.add_argument_group("results")

@@ -46,6 +46,10 @@ FIELDS: dict[str, SettingFlags] = {
     "workers": SettingFlags(("workers",), "--workers"),
     "cpus_per_stack": SettingFlags(("cpus_per_stack",), "--cpus-per-stack"),
     "exact_tokens": SettingFlags(("exact_tokens",), "--exact-tokens"),
+    "client_type": SettingFlags(("client_type",), "--client-type"),
+    "renderer": SettingFlags(("renderer",), "--renderer"),
+    "renderer_model": SettingFlags(("renderer_model",), "--renderer-model"),
+    "renderer_config": SettingFlags(("renderer_config",), "--renderer-config"),
 }
 """``EvalSettings`` field → the flags that set it (``nemo_env`` is derived from ENV and ``-a``)."""
 
@@ -117,9 +121,43 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
         raise ConfigurationError("--policy endpoint needs -b URL (the OpenAI-compatible base URL).")
     if ("workers" in given or "cpus_per_stack" in given) and "ray" not in given:
         raise ConfigurationError("--workers and --cpus-per-stack place Ray actors: add --ray [ADDRESS].")
+    _check_training_client(given, policy)
     given["nemo_env"] = resolve_nemo_env(given["env"], given.get("env_args", {}))
     given["model"] = REPLAY_MODEL if policy == "replay" else given.get("model", "")
     return EvalSettings(**given)
+
+
+_TRAINING_ONLY = ("renderer", "renderer_model", "renderer_config")
+_NOT_WITH_TRAINING = {
+    "exact_tokens": "--exact-tokens (the training client renders and samples tokens itself)",
+    "ray": "--ray (the training client runs its episodes in this process, as a verifiers env server's worker does)",
+}
+
+
+def _check_training_client(given: dict[str, Any], policy: str) -> None:
+    """The training client's flags go together, and with nothing it replaces."""
+    if given.get("client_type", "eval") != "train":
+        for name in _TRAINING_ONLY:
+            if name in given:
+                raise ConfigurationError(
+                    f"{FIELDS[name].label} sets the training client's renderer: add --client-type train."
+                )
+        return
+    for name, what in _NOT_WITH_TRAINING.items():
+        if name in given:
+            raise ConfigurationError(f"--client-type train does not take {what}.")
+    if given.get("api") == "responses":
+        raise ConfigurationError(
+            "--client-type train speaks Chat Completions (verifiers' training client): drop --api responses."
+        )
+    if (given.get("sampling_args") or {}).get("return_tokens"):
+        raise ConfigurationError("--client-type train records token IDs itself: drop --return-tokens.")
+    given["api"] = "chat"
+    if policy == "replay" and "renderer_model" not in given:
+        raise ConfigurationError(
+            "--client-type train with the replay policy needs --renderer-model NAME_OR_DIR: the model whose "
+            "tokenizer writes the recorded turns as tokens (e.g. a local folder with Qwen3's tokenizer files)."
+        )
 
 
 def judge_settings(args: argparse.Namespace) -> dict[str, dict[str, Any]]:

@@ -59,7 +59,7 @@ def run_metadata(
         summary["judges"] = judges
     order = ("rollouts", "reward", "reward_by_rollout_index", "pass_threshold", "pass_at_k", "pass_power_k")
     order += ("pass_k_examples", "metrics", "errors_by_type", "error_examples", "masked_by_kind", "masked_examples")
-    order += ("usage", "latency", "timing", "replay", "by_env", "judges", "token_ids")
+    order += ("usage", "latency", "timing", "replay", "by_env", "judges", "token_ids", "training")
     summary = {key: summary[key] for key in order if key in summary}
     return {
         "run_id": folder.run_id if folder else None,
@@ -69,7 +69,7 @@ def run_metadata(
         "status": base.get("status"),
         "created_at": base.get("created_at") or now,
         "updated_at": now,
-        "versions": base.get("versions") or versions((settings.env_args or {}).get("gym_python")),
+        "versions": base.get("versions") or versions((settings.env_args or {}).get("gym_python"), settings.client_type),
         "settings": settings.to_dict(),
         "counts": {"expected": expected, "done": tally.count, "missing": max(0, expected - tally.count)},
         "sessions": sessions,
@@ -89,8 +89,9 @@ def _judges_over(sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return total
 
 
-def versions(gym_python: str | None = None) -> dict[str, str | None]:
-    """This package's version and the Gym runtime's nemo-gym (wherever that runtime lives)."""
+def versions(gym_python: str | None = None, client_type: str = "eval") -> dict[str, str | None]:
+    """This package's version and the Gym runtime's nemo-gym (wherever that runtime lives); under the training
+    client also verifiers' and renderers'."""
     from importlib.metadata import PackageNotFoundError, version
 
     from .._exceptions import GymRuntimeError
@@ -104,4 +105,11 @@ def versions(gym_python: str | None = None) -> dict[str, str | None]:
         gym: str | None = find_gym_runtime(gym_python, build=False).nemo_gym_version
     except GymRuntimeError:
         gym = None
-    return {"verifiers-nemo": ours, "nemo-gym": gym}
+    found: dict[str, str | None] = {"verifiers-nemo": ours, "nemo-gym": gym}
+    if client_type == "train":
+        for name in ("verifiers", "renderers"):
+            try:
+                found[name] = version(name)
+            except PackageNotFoundError:
+                found[name] = None
+    return found

@@ -148,11 +148,81 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
                 f"left out: {plural(count, 'rollout')} of {'task' if len(tasks) == 1 else 'tasks'} "
                 f"{', '.join(map(str, tasks))}, whose recording is known not to reproduce ({known[0]['reason']})",
             )
+    if s.get("training"):
+        _training_rows(row, settings, s)
     if metadata.get("path"):
         row("Results", metadata["path"])
     row("Status", _status_line(metadata))
     lines.append("=" * 72)
     return "\n".join(lines)
+
+
+def _training_rows(row: Any, settings: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+    """What the rollouts train on (``--client-type train``), per environment: samples a rollout makes, forks and
+    their first place and cause, rewards reproduced (replay), failures and their cause, replayed turns the renderer
+    could not carry."""
+    training = summary["training"]
+    renderer = settings.get("renderer") or "auto"
+    model = settings.get("renderer_model") or settings.get("model")
+    row("Training", f"verifiers' training client · renderer {renderer} ({model})", "one sample per rollout is what "
+        "trains as sampled; a fork is one more sample")  # fmt: skip
+    for position, (name, env) in enumerate(training["by_env"].items()):
+        n = env["rollouts"]
+        forked = env["forked"]
+        row(
+            "  by env" if position == 0 else "",
+            f"{name}: {fmt(env['samples_per_rollout'], 2)} samples/rollout",
+            f"{env['one_sample']:,}/{n:,} one sample",
+            f"{forked:,} forked" + (f" ({forked / n:.0%})" if forked else ""),
+            *([f"{env['untrainable']:,} untrainable (Gym masked)"] if env.get("untrainable") else []),
+            *_reproduced(summary, name),
+            *[
+                f"{n:,} not carried ({what}: {NOT_CARRIED_SHORT.get(what, what)})"
+                for what, n in (env.get("not_carried") or {}).items()
+            ],
+            *([f"{sum(env['failed'].values()):,} failed"] if env.get("failed") else []),
+        )
+        for kind, example in (env.get("failure_examples") or {}).items():
+            row("", f"failed {kind} x{env['failed'][kind]:,}, e.g.: {example}")
+        for example in env["fork_examples"]:
+            row(
+                "",
+                f"first fork, e.g. task {example['task_index']}: turn {example['turn']}, message {example['message']} "
+                f"({example['role']}), token {example['token']:,}: {example['cause']}: {example['detail']}",
+            )
+            if example.get("sampled") is not None:
+                sampled, rendered = _around_difference(example["sampled"], example["rendered"])
+                row("", f"sampled {sampled} · rendered again {rendered}")
+        if env.get("replay_unfaithful"):
+            row(
+                "",
+                f"{plural(env['replay_unfaithful'], 'rollout')} replayed a turn the renderer reads back differently, "
+                f"e.g. {env['replay_unfaithful_example']}",
+            )
+
+
+NOT_CARRIED_SHORT = {"images": "a text renderer cannot carry them"}
+
+
+def _reproduced(summary: Mapping[str, Any], env: str) -> list[str]:
+    """``N/M reproduced`` of one environment's replayed rollouts (a mix's own verdict; one environment's: the run's)."""
+    own = (summary.get("by_env") or {}).get(env)
+    replay = own.get("replay") if own is not None else summary.get("replay")
+    return [f"{replay['reproduced']:,}/{replay['compared']:,} reproduced"] if replay else []
+
+
+def _around_difference(a: str, b: str, lead: int = 24, limit: int = 60) -> tuple[str, str]:
+    """Two texts from a little before where they first differ, each at most ``limit`` characters, as reprs."""
+    same = 0
+    while same < min(len(a), len(b)) and a[same] == b[same]:
+        same += 1
+    start = max(0, same - lead)
+
+    def shown(text: str) -> str:
+        part = text[start : start + limit]
+        return ("..." if start else "") + repr(part) + ("..." if start + limit < len(text) else "")
+
+    return shown(a), shown(b)
 
 
 def _status_line(metadata: Mapping[str, Any]) -> str:

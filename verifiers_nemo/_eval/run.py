@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .._result import RolloutResult
     from .._scale import NeMoGymPool
     from .._tasks import Task
+    from .._training import TrainingClientRunner
 
 
 class RunObserver(Protocol):
@@ -67,6 +68,9 @@ class Evaluation:
         self._replay: ReplayServer | None = None
         self.pool: NeMoGymPool | None = None
         """With ``settings.ray``: the Ray actors that run the rollouts (``env.harness`` only checks then)."""
+        self.training: TrainingClientRunner | None = None
+        """With ``--client-type train``: verifiers' environments under its training client run the rollouts
+        (``env.harness`` only checks then)."""
         self.timing = SessionTiming()
         self.recorded_rewards: dict[int, Any] = {}
         """Replay: each task's recorded reward, which its rollouts must reproduce."""
@@ -95,7 +99,9 @@ class Evaluation:
         judge = self._judge_endpoints() or None  # read once: every environment and the pool share them
         self.envs = [self._load_env(name, args, judge) for name in names]
         self.env = self.envs[0]
-        if s.ray is not None or len(names) > 1:
+        if s.client_type == "train":
+            self.training = self._make_training_runner(args)
+        elif s.ray is not None or len(names) > 1:
             self.pool = self._make_pool(args, judge)
         self.tasks = RunTasks([self._rows_of(env) for env in self.envs], s.rollouts_per_example, MIX_STRIDE)
         if s.policy == "replay":
@@ -130,9 +136,12 @@ class Evaluation:
             raise ConfigurationError(f"-a: {exc}") from None
 
     @property
-    def harness(self) -> NeMoGymHarness | NeMoGymPool:
-        """What runs the rollouts: the pool (a mix, or Ray), else the environment's harness."""
+    def harness(self) -> NeMoGymHarness | NeMoGymPool | TrainingClientRunner:
+        """What runs the rollouts: the training-client runner, the pool (a mix, or Ray), else the environment's
+        harness."""
         assert self.env is not None, "load() first"
+        if self.training is not None:
+            return self.training
         return self.pool if self.pool is not None else self.env.harness
 
     def _make_pool(self, env_args: dict[str, Any], judge: dict[str, Endpoint] | None) -> NeMoGymPool:
@@ -154,6 +163,24 @@ class Evaluation:
             judge=judge,
             **harness_args,
         )
+
+    def _make_training_runner(self, env_args: dict[str, Any]) -> TrainingClientRunner:
+        from .._training import RendererSpec, TrainingClientRunner, TrainingSetup, verifiers_env_config
+
+        s = self.settings
+        setup = TrainingSetup(
+            renderer=RendererSpec(s.renderer or "auto", s.renderer_model, dict(s.renderer_config)),
+            model=s.model,
+            base_urls=tuple(s.base_url.split(",")) if s.base_url else None,
+            api_key_var=s.api_key_var,
+        )
+        configs = {
+            name: verifiers_env_config(
+                name, env_args, recorded=s.policy == "replay", timeout=s.timeout, judges=s.judges
+            )
+            for name in s.env_names
+        }
+        return TrainingClientRunner(setup, configs)
 
     def _judge_endpoints(self) -> dict[str, Endpoint]:
         """The judges of the settings as endpoints (keys read from their variables now)."""
@@ -192,6 +219,8 @@ class Evaluation:
             # Each worker of the pool replays its environment's tasks (and their judge calls) on a server
             # of its own; the environments' harnesses, never started then, get that address only to check.
             self.pool.use_replay(self.tasks.firsts())
+        if self.training is not None and self.settings.policy == "replay":
+            self.training.use_replay(self.tasks.firsts())
         external: list[str] = []
         for env in self.envs:
             if self.settings.policy == "replay" and not env.harness.judges:
@@ -200,6 +229,8 @@ class Evaluation:
                 pooled = self.pool is not None
                 judge = self._replay_placeholder() if pooled else self._replay_server().judge_endpoint()
                 env.harness.set_judge({ANY_JUDGE: judge})
+                if self.training is not None:
+                    self.training.use_judge(env.name, judge)
             external.extend(env.harness.check())
         return tuple(external)
 
@@ -227,6 +258,8 @@ class Evaluation:
         from .._endpoint import Endpoint
 
         s = self.settings
+        if self.training is not None:
+            return None  # the training client's engine is the runner's
         if s.policy == "replay":
             return None if self.pool is not None else self._replay_server().endpoint_for
         assert s.base_url is not None
@@ -243,7 +276,12 @@ class Evaluation:
         assert self.env is not None, "load() first"
         s = self.settings
         names = ", ".join(s.env_names)
-        if s.ray is not None:
+        if self.training is not None:
+            observer.stack_starting(
+                f"verifiers' environment{'s' if len(s.env_names) > 1 else ''} for {names} "
+                "(training client; Gym stacks included)"
+            )
+        elif s.ray is not None:
             workers = f"{s.workers} Ray actor{'s' if s.workers != 1 else ''} each" if s.workers else "Ray actors"
             observer.stack_starting(f"the Gym stacks for {names} ({workers}; Ray: {s.ray})")
         else:
@@ -287,6 +325,8 @@ class Evaluation:
             self._replay = None
         if self.pool is not None:
             await self.pool.aclose()
+        if self.training is not None:
+            await self.training.aclose()
         for env in self.envs:
             await env.harness.aclose()
 

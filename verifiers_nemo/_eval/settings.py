@@ -56,6 +56,16 @@ class EvalSettings:
     """CPUs each Ray actor reserves (None: 1)."""
     exact_tokens: bool = False
     """Training-exact tokens (``Endpoint.exact_tokens``): vLLM's render / generate / derender routes."""
+    client_type: Literal["eval", "train"] = "eval"
+    """``train``: run each rollout as a verifiers episode under its training client (``client.type = "train"``: a
+    renderer renders, an engine's ``/inference/v1/generate`` samples, the turns become training samples), the way
+    prime-rl trains; ``eval``: the Gym agent's calls go to the endpoint as they are."""
+    renderer: str | None = None
+    """The training client's renderer: a typed one (``qwen3``, ``auto``...) or ``FILE.py:Class`` (default auto)."""
+    renderer_model: str | None = None
+    """The model (Hugging Face name or local folder) whose tokenizer the renderer uses (default: ``model``)."""
+    renderer_config: dict[str, Any] = field(default_factory=dict)
+    """More ``[client.renderer]`` keys (a custom renderer's own, ``thinking_retention``, ``chat_template``...)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +105,10 @@ RUN_DEFINING = (
     "env_args",
     "save_trace",
     "exact_tokens",
+    "client_type",
+    "renderer",
+    "renderer_model",
+    "renderer_config",
 )
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .stats import ReplayTally, SummaryTally
 from .token_ids import TokenIdsTally
+from .training import TrainingTally
 
 if TYPE_CHECKING:
     from .settings import EvalSettings
@@ -36,7 +37,13 @@ class RunTally:
         names = settings.env_names
         self.by_env = {name: summary() for name in names} if len(names) > 1 else {}
         self.replay = ReplayTally(known=lambda index: unreproducible_reason(*settings.origin(index)))
+        self.replay_by_env = (
+            {name: ReplayTally(known=lambda index: unreproducible_reason(*settings.origin(index))) for name in names}
+            if len(names) > 1
+            else {}
+        )
         self.token_ids = TokenIdsTally(exact_tokens=settings.exact_tokens)
+        self.training = TrainingTally()
 
     @classmethod
     def of(cls, records: Iterable[Mapping[str, Any]], settings: EvalSettings) -> RunTally:
@@ -57,18 +64,29 @@ class RunTally:
         if own is not None:
             own.add(record)
         self.replay.add(record)
+        own_replay = self.replay_by_env.get(record.get("env"))  # type: ignore[arg-type]
+        if own_replay is not None:
+            own_replay.add(record)
         self.token_ids.add(record)
+        self.training.add(record)
 
     def summary(self) -> dict[str, Any]:
-        """The summary of ``metadata.json`` without its timing and judges (``replay``, ``by_env`` and
-        ``token_ids`` where they apply)."""
+        """The summary of ``metadata.json`` without its timing and judges (``replay``, ``by_env``, ``token_ids``
+        and ``training`` where they apply)."""
         summary = self.overall.summary()
         agreement = self.replay.result()
         if agreement is not None:
             summary["replay"] = agreement
         if self.by_env:
             summary["by_env"] = {name: tally.summary() for name, tally in self.by_env.items()}
+            for name, replay in self.replay_by_env.items():
+                verdict = replay.result()
+                if verdict is not None:
+                    summary["by_env"][name]["replay"] = verdict
         token_ids = self.token_ids.summary()
         if token_ids is not None:
             summary["token_ids"] = token_ids
+        training = self.training.summary()
+        if training is not None:
+            summary["training"] = training
         return summary

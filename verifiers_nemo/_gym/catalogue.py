@@ -32,6 +32,7 @@ import yaml
 from .._exceptions import ConfigurationError, UnknownEnvironmentError
 from .._judge.config import judge_names
 from .config import (
+    INCLUDES,
     POLICY_MODEL,
     RESOURCES_SERVERS,
     RESPONSES_API_AGENTS,
@@ -39,6 +40,7 @@ from .config import (
     YAML_LOADER,
     config_strings,
     interpolations,
+    load_config,
     requirements_beyond_nemo_gym,
     server_entries,
 )
@@ -160,6 +162,9 @@ class GymConfig(_Needs):
     requirements: tuple[str, ...]
     """Python requirements beyond nemo-gym of its resources servers and agents."""
     problems: tuple[str, ...] = ()
+    model_adapters: tuple[str, ...] = ()
+    """The only Gym model servers (``allowed_model_types``, nemo-gym 0.7) a resources server of it accepts as the
+    policy: empty when any will do."""
 
     @property
     def name(self) -> str:
@@ -454,7 +459,20 @@ def _load_environment(root: Path, directory: Path) -> GymEnvironment:
         server_requirements=server_requirements,
         has_example_rollouts=has_rollouts,
         problems=tuple(problems),
-        broken=packaging_problem(installed_version(root), name),
+        broken=packaging_problem(installed_version(root), name) or _adapter_restriction(default),
+    )
+
+
+def _adapter_restriction(config: GymConfig | None) -> str | None:
+    """Why a config whose resources server accepts only some of Gym's own model servers as the policy cannot run
+    here: Gym refuses any other policy at start, and verifiers-nemo's routing proxy is the policy."""
+    if config is None or not config.model_adapters:
+        return None
+    return (
+        "its resources server accepts only Gym's own model servers as the policy "
+        f"({', '.join(config.model_adapters)}): its inputs ride in the request in a form only they translate for "
+        "the model (e.g. audio in metadata), and verifiers-nemo's routing proxy, which stands in for the policy, "
+        "does not; Gym refuses the stack at start"
     )
 
 
@@ -473,6 +491,8 @@ def _load_config(root: Path, path: Path) -> GymConfig:
     problems: list[str] = []
     try:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=YAML_LOADER)  # a safe loader (C or pure Python)
+        if isinstance(doc, Mapping) and INCLUDES in doc:
+            doc = load_config(path)  # with the configs it pulls in (its own config_paths), as nemo-gym reads it
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         return GymConfig(path, relpath, (), (), (), (), (), (f"cannot be read as YAML: {exc}",))
     if not isinstance(doc, Mapping):
@@ -482,9 +502,13 @@ def _load_config(root: Path, path: Path) -> GymConfig:
     servers: list[GymServer] = []
     agents: list[GymAgent] = []
     requirements: list[str] = []
+    adapters: list[str] = []
     seen_types: set[tuple[str, str]] = set()
     for entry_name, kind, type_name, definition in server_entries(doc):
         servers.append(GymServer(entry_name, kind, type_name))
+        if kind == RESOURCES_SERVERS:
+            allowed = definition.get("allowed_model_types")
+            adapters += [allowed] if isinstance(allowed, str) else [str(a) for a in allowed or () if a]
         if kind != RESPONSES_API_MODELS and (kind, type_name) not in seen_types:
             seen_types.add((kind, type_name))
             directory = root / kind / type_name
@@ -513,6 +537,7 @@ def _load_config(root: Path, path: Path) -> GymConfig:
         external_reasons=reasons,
         requirements=tuple(dict.fromkeys(requirements)),
         problems=tuple(problems),
+        model_adapters=tuple(dict.fromkeys(adapters)),
     )
 
 

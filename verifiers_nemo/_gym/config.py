@@ -77,6 +77,47 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+INCLUDES = "config_paths"
+"""A config's own list of configs it pulls in (nemo-gym merges each before the config that names it)."""
+
+
+def load_config(path: Path, _seen: frozenset[Path] = frozenset()) -> dict[str, Any]:
+    """A Gym config file with the configs it pulls in (its ``config_paths``, as nemo-gym reads them: each included
+    config first, the including file's own entries merged over them; an include is a path relative to the Gym root,
+    found from the including file's folder upwards)."""
+    doc = load_yaml(path)
+    includes = doc.pop(INCLUDES, None)
+    if not isinstance(includes, list) or not includes:
+        return doc
+    merged: dict[str, Any] = {}
+    seen = _seen | {path.resolve()}
+    for include in includes:
+        found = _find_include(path, str(include))
+        if found is not None and found.resolve() not in seen:
+            merged = _deep_merge(merged, load_config(found, seen))
+    return _deep_merge(merged, doc)
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` merged onto ``base``, mappings key by key (as OmegaConf merges configs)."""
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _find_include(path: Path, include: str) -> Path | None:
+    if Path(include).is_absolute():
+        return Path(include) if Path(include).is_file() else None
+    for folder in path.resolve().parents:
+        if (folder / include).is_file():
+            return folder / include
+    return None
+
+
 def server_entries(doc: Mapping[str, Any]) -> Iterator[tuple[str, str, str, Mapping[str, Any]]]:
     """``(entry name, server type, implementation, definition)`` for each server entry of a config:
     ``name: {server_type: {implementation: {...}}}`` (a definition that is not a mapping reads as ``{}``)."""
@@ -138,7 +179,7 @@ def merged_configs(paths: list[Path]) -> dict[str, Any]:
     """Top-level merge of several config files (later files win per instance)."""
     merged: dict[str, Any] = {}
     for path in paths:
-        merged.update(load_yaml(path))
+        merged.update(load_config(path))
     return merged
 
 

@@ -145,6 +145,10 @@ PACKAGING_PROBLEMS: dict[str, dict[str, str]] = {
         "deepsearchqa": (
             "its agent's packaged config lacks fields Gym 0.7.0 requires (agent, image), so the stack exits at start"
         ),
+        "widesearch": (
+            "its agent's packaged config (harness_exa_search) lacks fields Gym 0.7.0 requires (agent, image), so the "
+            "stack exits at start"
+        ),
         "indian_banking": (
             "its data/db.json and kb.json are not shipped (they live in a Hugging Face dataset repo), so every "
             "rollout fails in the Gym agent"

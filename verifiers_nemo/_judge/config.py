@@ -30,7 +30,7 @@ from .._gym.config import (
     RESOURCES_SERVERS,
     RESPONSES_API_MODELS,
     interpolations,
-    load_yaml,
+    load_config,
     merged_configs,
     server_entries,
 )
@@ -122,7 +122,7 @@ def plan_judges(config_paths: Sequence[Path], cache: Path) -> JudgePlan:
     targets = {ref.target for ref in refs}
     paths = []
     for path in config_paths:
-        doc = load_yaml(path)
+        doc = load_config(path)  # the configs it pulls in inlined: the copy is written elsewhere
         if _rewrite(doc, targets):
             paths.append(_write_cached(doc, path, cache))
         else:

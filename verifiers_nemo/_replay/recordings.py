@@ -117,6 +117,15 @@ RELEASE_DIFFERENCES: dict[str, dict[str, str | None]] = {
             "Gym masks every row (judge_failed)"
         ),
         "longmemeval": "replayed with its judge, every row scores 0.0 against its recorded reward (not investigated)",
+        "toolsandbox": (
+            "replayed, its agent asks for a model turn after the recording's last on every row (the replay answers "
+            "409): the conversation its resources server's user simulator drives is not the recorded one (not "
+            "investigated further)"
+        ),
+        "conversational_tool_use_simulation": (
+            "its recordings keep no I/O of its simulator model (the simulated user and tools that answer the agent "
+            "every turn: the judge-like simulator_model), so the replay cannot answer those calls"
+        ),
     },
 }
 """Per nemo-gym release series, how its replay differs from the tables above (measured on 0.4.0)."""

@@ -47,6 +47,10 @@ class Rollout:
     """Whether its recorded token IDs are contiguous (``rollout_token_ids``); None when none were recorded."""
     task_index: int | None = None
     """The run's own number of the task (our results), which tells two rows of the same example id apart."""
+    samples: int | None = None
+    """Under verifiers' training client: the training samples (message-graph branches) the rollout makes."""
+    fork: dict[str, Any] | None = None
+    """Where its first fork is and why (``_training.forks``), when it forked."""
 
     @property
     def group(self) -> tuple[str, str | int]:
@@ -125,6 +129,10 @@ def rollout_of_record(record: Mapping[str, Any], default_env: str, strings: Stri
         token_ids=record_token_ids(record),
         task_index=task_index if isinstance(task_index, int) and not isinstance(task_index, bool) else None,
     )
+    training = record.get("training")
+    if isinstance(training, Mapping):
+        rollout.samples = _count(training.get("branches"))
+        rollout.fork = training.get("fork") if isinstance(training.get("fork"), Mapping) else None
     return _finished(rollout, error, failure_kind, failure_reason)
 
 
@@ -179,6 +187,8 @@ def rollout_of_trace(
         transcript=from_trace_nodes(trace, strings),
         token_ids=gym.get("token_ids") if isinstance(gym.get("token_ids"), Mapping) else None,
     )
+    branches = _number((trace.get("metrics") or {}).get("branches"))
+    rollout.samples = int(branches) if branches is not None else None
     return _finished(rollout, error, failure_kind, failure_reason)
 
 

@@ -68,9 +68,19 @@ class ScopeTally:
         self.pass_counts: Counter[tuple[int, int]] = Counter()
         """Per task with a scored rollout: (scored, correct)."""
         self.task_metrics: dict[str, Counter[float]] = {}
+        self.trained = self.samples = self.one_sample = self.forked = 0
+        """Rollouts with training figures (verifiers' training client), their samples, those of one, those forked."""
+        self.fork_example: dict[str, Any] | None = None
 
     def add(self, rollout: Rollout) -> None:
         self.rollouts += 1
+        if rollout.samples is not None:
+            self.trained += 1
+            self.samples += rollout.samples
+            self.one_sample += rollout.samples == 1
+            self.forked += rollout.samples > 1
+            if rollout.fork is not None and self.fork_example is None:
+                self.fork_example = {"task": rollout.task, **rollout.fork}
         if rollout.status == "error":
             self.errors[rollout.kind or "error"] += 1
         elif rollout.status == "masked":
@@ -141,6 +151,18 @@ class ScopeTally:
             "call_latency": self.call_latency.quantiles(),
             "output_tokens": self.output_tokens.quantiles(),
             "turns": self.turns.quantiles(),
+            "training": self._training(),
+        }
+
+    def _training(self) -> dict[str, Any] | None:
+        if not self.trained:
+            return None
+        return {
+            "rollouts": self.trained,
+            "samples_per_rollout": self.samples / self.trained,
+            "one_sample": self.one_sample,
+            "forked": self.forked,
+            "fork_example": self.fork_example,
         }
 
 

@@ -26,7 +26,7 @@ from .._signals import before_forced_exit
 from .config import HOST, StackConfig
 from .launchers import launcher_venv
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
-from .plan import POLICY_IMPLEMENTATION, child_env, ng_run_argv, policy_model_config, run_id
+from .plan import POLICY_IMPLEMENTATION, address_config, child_env, ng_run_argv, policy_model_config, run_id
 from .procs import PortReservation, http_ok, remove_legacy_port_locks, reserve_ports, sweep_dead_owners
 from .ray_head import RayHead
 from .supervisor import GYM_SIDE, Supervised, start_supervised
@@ -118,7 +118,7 @@ def _link_venvs(
     targets = {i.rel_dir: venvs.get(i.name, on_runtime) for i in instances}
     targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = on_runtime
     for rel, target in targets.items():
-        link = links / rel / ".venv"
+        link = links.joinpath(*rel.parts[-2:], ".venv")  # where nemo-gym looks: the server folder's last two names
         if target is None or (link.is_symlink() and link.resolve() == target.resolve()):
             continue
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -145,11 +145,12 @@ def _new_launch(
     policy_dir.mkdir(parents=True)
     shutil.copy(GYM_SIDE / "policy_server.py", policy_dir / "app.py")
     (policy_dir / "requirements.txt").write_text("# served by verifiers_nemo's routing proxy\n")
-    policy_yaml = run_dir / "policy_model.yaml"
-    policy_yaml.write_text(yaml.safe_dump(policy_model_config(config.policy_url, config.model_placeholders)))
     reservation = reserve_ports(1 + len(instances))
     head_port, *ports = reservation.ports
     servers = {i.name: (i, port) for i, port in zip(instances, ports, strict=True)}
+    policy_yaml = run_dir / "policy_model.yaml"
+    ours = policy_model_config(config.policy_url, config.model_placeholders) | address_config(servers)
+    policy_yaml.write_text(yaml.safe_dump(ours))
     argv = ng_run_argv(
         runtime.ng_run,
         config,

@@ -83,10 +83,32 @@ def ng_run_argv(
         f"++head_server={{host:{HOST},port:{head_port}}}",
     ]
     for instance, port in servers.values():
-        argv += [f"++{instance.override_prefix}.host={HOST}", f"++{instance.override_prefix}.port={port}"]
+        if overridable(instance):
+            argv += [f"++{instance.override_prefix}.host={HOST}", f"++{instance.override_prefix}.port={port}"]
     if ray_head_address is not None:
         argv.append(f"+ray_head_node_address={ray_head_address}")
     return argv + list(config.overrides)
+
+
+_DOTTED_KEY = re.compile(r"[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*)*")
+"""A key Hydra's override grammar takes as a dotted path (a ``/`` makes it a config group, and more is refused)."""
+
+
+def overridable(instance: ServerInstance) -> bool:
+    """Whether ``instance``'s settings can be set with a ``++key=value`` override (not when a name in its path holds
+    a ``/``, as ``conversational_tool_use/simulation`` does: Gym's parser refuses such a key)."""
+    return _DOTTED_KEY.fullmatch(instance.override_prefix) is not None
+
+
+def address_config(servers: Mapping[str, tuple[ServerInstance, int]]) -> dict[str, Any]:
+    """The host and port of each server no override can address, as Gym config entries (merged after the env's
+    configs, like ``policy_model``'s)."""
+    entries: dict[str, Any] = {}
+    for instance, port in servers.values():
+        if not overridable(instance):
+            kinds = entries.setdefault(instance.name, {}).setdefault(instance.server_type, {})
+            kinds[instance.implementation] = {"host": HOST, "port": port}
+    return entries
 
 
 def joins_shared_ray(config: StackConfig) -> bool:

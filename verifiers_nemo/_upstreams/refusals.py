@@ -46,9 +46,21 @@ KNOWN_REFUSALS: tuple[KnownRefusal, ...] = (
         "the renderer verifiers' training client uses for this model cannot parse tool calls (DefaultRenderer has "
         "no tool-call parser), and this environment offers tools",
         "set the client's renderer to the model's typed renderer (renderers' `name`, e.g. qwen3), or to a custom "
-        'renderer that parses its tool calls (`name = "custom"`, `import_path`; README: Train with prime-rl)',
+        'renderer that parses its tool calls (`name = "custom"`, `import_path`; docs/guides/train.md)',
+    ),
+    IMAGES_REFUSAL := KnownRefusal(
+        "does not support process_multimodal=False",
+        "this rollout's messages hold images, and the training client's renderer is a text renderer: it cannot "
+        "carry them (renderers renders image parts only with a vision renderer)",
+        "train a vision model with its vision renderer (e.g. qwen3-vl), or leave this environment out of a text "
+        "model's mix",
     ),
 )
+
+
+NOT_CARRIED = {"images": IMAGES_REFUSAL.cause}
+"""Refusals that say what a rollout holds that a training client cannot carry (not a failure of the setup), by name:
+their cause is in the error message of the rollouts they end."""
 
 
 def known_refusal(status: int, body: bytes) -> KnownRefusal | None:

@@ -134,6 +134,17 @@
         view.labels.map((_, i) => i + 1),
       ));
     }
+    if (view.stats.some((s) => s.training)) {
+      const example = view.stats.map((s) => s.training && s.training.fork_example).find(Boolean);
+      parts.push(el("h2", {}, "Training samples"), el("p", { class: "muted" }, "Under verifiers' training client each branch of a rollout's message graph is one training sample: one per rollout when every turn continued what was sampled, more where a turn forked (the agent restated a sampled turn, or it was rendered again to other tokens)."), table(
+        ["run", "rollouts", "samples / rollout", "one sample", "forked"],
+        view.stats.map((s, i) => s.training ? [view.labels[i], count(s.training.rollouts), fmt(s.training.samples_per_rollout), count(s.training.one_sample), el("span", { class: s.training.forked ? "status-error" : null }, count(s.training.forked))] : [view.labels[i], "", "", "", ""]),
+        [1, 2, 3, 4],
+      ));
+      if (example) {
+        parts.push(el("p", {}, `First fork, e.g. task ${example.task}: turn ${example.turn}, message ${example.message} (${example.role}), token ${example.token}: ${example.cause}: ${example.detail}`));
+      }
+    }
     const dist = [["rollout latency (s)", "latency"], ["policy call latency (s)", "call_latency"], ["output tokens / rollout", "output_tokens"], ["policy calls / rollout", "turns"]];
     const sampled = new Set();
     parts.push(el("h2", {}, "Latency and tokens"), table(

@@ -1,10 +1,11 @@
-"""Run one Python block of README.md as a user runs it in ``python -m asyncio`` or a notebook: top-level
-``await`` / ``async with`` / ``async for`` allowed, a fresh ``__main__`` namespace. The block is read from stdin.
+"""Run one Python block of the docs (README.md, docs/**/*.md) as a user runs it in ``python -m asyncio`` or a
+notebook: top-level ``await`` / ``async with`` / ``async for`` allowed, a fresh ``__main__`` namespace. The block is
+read from stdin.
 
-Afterwards, when the block left a ``result`` (a ``RolloutResult``), one line ``README-RESULT {json}`` says
-what it holds, for tests/e2e/test_readme.py to check.
+Afterwards, when the block left a ``result`` (a ``RolloutResult``), one line ``DOCS-RESULT {json}`` says
+what it holds, for tests/e2e/test_docs.py to check.
 
-Imported, ``readme_block`` finds a block and ``run_here`` runs it the same way in a test's own event loop, where
+Imported, ``doc_block`` finds a block and ``run_here`` runs it the same way in a test's own event loop, where
 what the block starts can share what the test has running (a Gym stack of the same environment and settings).
 """
 
@@ -17,21 +18,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")))
+"""Every page a user reads: the README and the docs site's pages."""
 
 
 async def _run(source: str, namespace: dict[str, Any]) -> None:
-    code = compile(source, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    code = compile(source, "<docs block>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     awaitable = eval(code, namespace)  # a coroutine when the block awaits at top level
     if awaitable is not None:
         await awaitable
 
 
-def readme_block(containing: str) -> str:
-    """The code of the one Python block of README.md that holds ``containing``."""
+def doc_block(containing: str) -> str:
+    """The code of the one Python block of the docs that holds ``containing``."""
     from pytest_codeblocks import extract_from_file
 
-    [block] = [b for b in extract_from_file(README) if b.syntax == "python" and containing in b.code]
+    found = [b for page in DOCS for b in extract_from_file(page) if b.syntax == "python" and containing in b.code]
+    [block] = found
     return block.code
 
 
@@ -54,7 +58,7 @@ def main() -> None:
             "calls": len(trace),
             "token_ids": bool(trace) and all(call.completion_token_ids for call in trace),
         }
-        print("README-RESULT " + json.dumps(summary), flush=True)
+        print("DOCS-RESULT " + json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,29 @@
-"""README.md runs: every ``bash``/``sh`` and ``python`` block, as written, read by pytest-codeblocks.
+"""The docs run: every ``bash``/``sh`` and ``python`` block of README.md and docs/**/*.md, as written, read by
+pytest-codeblocks; and every TOML and JSON block is what the test its mark names runs.
 
 pytest-codeblocks (``extract_from_file``) reads the blocks and their annotations: a block that cannot run here says
-so in the README source, just above it, as ``<!--pytest.mark.skip(reason="...")-->`` (shown in pytest's report). No
-other block is left out, but the README's first (the two lines a new user runs, the second being this suite): its
-eval line runs as written in ``test_the_first_block_s_eval_runs_as_written``, its suite line is ``.ci/run``'s.
-Each block runs in a fresh copy of the working tree, with ``bash -e -o pipefail`` (every line must succeed) or, for
-Python, as ``python -m asyncio`` runs it (top-level ``await``; tests/e2e/readme_python.py).
+so in the page's source, just above it, as ``<!--pytest.mark.skip(reason="...")-->`` (shown in pytest's report and,
+by docs/hooks.py, on the site above the block). No other block is left out, but the README's first (the two lines a
+new user runs, the second being this suite): its eval line runs as written in
+``test_the_first_block_s_eval_runs_as_written``, its suite line is ``.ci/run``'s. Each block runs in a fresh copy of
+the working tree, the same copy for every block of a page (a user follows a page top to bottom), with
+``bash -e -o pipefail`` (every line must succeed) or, for Python, as ``python -m asyncio``
+runs it (top-level ``await``; tests/e2e/docs_python.py).
 
-The one substitution (``PLACEHOLDERS``, applied to a block's text before it runs) points the README's placeholders
-at stand-ins on 127.0.0.1, shared by every block of the module:
+The one substitution (``PLACEHOLDERS``, applied to a block's text before it runs) points the docs' placeholders at
+stand-ins on 127.0.0.1, shared by every block of the module:
 
 - ``http://gpu:8000/v1``, ``http://gpu-node:8000/v1``, ``http://vllm:8000/v1`` (your vLLM): a fake
   OpenAI-compatible server (tests/unit/fake_upstream.py) speaking Chat Completions and Responses, with vLLM-style
-  token IDs and logprobs, serving the model ``M``;
-- ``URL`` (what ``verifiers-nemo replay-server ENV`` prints): that replay server, started as the README says;
-- ``HEAD_IP``: 127.0.0.1; ``RUN_DIR``: ``outputs/evals/*/*``, the run the block itself saved with ``-s``;
+  token IDs and logprobs, serving the model ``Qwen/Qwen3-8B`` (the docs' model);
+- ``URL`` (what ``verifiers-nemo replay-server ENV`` prints): that replay server, started as the docs say;
+- ``HEAD_IP``: 127.0.0.1; ``RUN_DIR``: the newest run folder under ``outputs/evals`` (the one the last ``-s`` run
+  printed);
 - ``pip install`` is run as ``uv pip install`` (same arguments; uv's cache instead of pip downloading ~1 GB).
 
-The blocks run in the venvs the README's install lines build from the wheels (``uv build`` of the package and of
-``environments/nemo_gym_env``, then ``pip install --find-links dist ...``): ``[nemogym,report,ray,inspect,dev]`` on
-Python 3.12 first on PATH, ``[verifiers,ray]`` (no nemo-gym: verifiers 0.4 and nemo-gym 0.4 disagree on openai)
+The blocks run in the venvs the Install page's lines build from the wheels (``uv build`` of the package and of
+``environments/nemo_gym_env``, then ``pip install --find-links dist ...``): ``[nemogym,report,ray,inspect,docs,dev]``
+on Python 3.12 first on PATH, ``[verifiers,ray]`` (no nemo-gym: verifiers 0.4 and nemo-gym 0.4 disagree on openai)
 behind it for ``vf-eval``, whose Gym runtime is the first (``VERIFIERS_NEMO_GYM_PYTHON``). A block that installs
 gets a fresh empty venv of its own. ``test_every_extra_installs_from_the_wheels`` checks those two venvs.
 
@@ -56,12 +60,14 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = (README, *sorted((ROOT / "docs").rglob("*.md")))
+"""Every page a user reads: the README and the docs site's pages."""
 RUNNABLE = ("bash", "sh", "python")
 BLOCK_LIMIT_S = 420  # a cold Gym stack (or two) on a busy 2-core machine, vf-eval's import
 INSTALL_LIMIT_S = 300
-MODEL = "M"  # the stand-in's model: the README's `-m M`
+MODEL = "Qwen/Qwen3-8B"  # the stand-in's model: the docs' `-m Qwen/Qwen3-8B`
 GPU_URLS = ("http://gpu:8000/v1", "http://gpu-node:8000/v1", "http://vllm:8000/v1")
-GYM_EXTRAS = "nemogym,report,ray,inspect,dev"
+GYM_EXTRAS = "nemogym,report,ray,inspect,docs,dev"
 VF_EXTRAS = "verifiers,ray"
 
 
@@ -105,7 +111,7 @@ def _copy_tree(dest: Path) -> Path:
     return dest
 
 
-# -- the venvs the README's install lines build --------------------------------------------------------
+# -- the venvs the Install lines build --------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ class Installed:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """Both wheels built with uv, and installed from them into two fresh venvs as the README's Install says."""
+    """Both wheels built with uv, and installed from them into two fresh venvs as the Install page says."""
     start = time.monotonic()
     tree = _copy_tree(tmp_path_factory.mktemp("wheels"))
     env = _base_env()
@@ -147,9 +153,10 @@ def _python_says(venv: Path, code: str) -> str:
 def test_every_extra_installs_from_the_wheels(installed: Installed) -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert set(GYM_EXTRAS.split(",")) | set(VF_EXTRAS.split(",")) == set(pyproject), "an extra is installed by no test"
-    install_text = README.read_text().split("**Install.**", 1)[1].split("## ", 1)[0]
-    for extra in pyproject:
-        assert f"`{extra}`" in install_text, f"the README's Install does not name the extra {extra!r}"
+    readme_install = README.read_text().split("\n## Install", 1)[1].split("\n## Quickstart", 1)[0]
+    for page, install_text in (("README.md", readme_install), ("install.md", (ROOT / "docs/install.md").read_text())):
+        for extra in pyproject:
+            assert f"| `{extra}` |" in install_text, f"{page}'s extras table does not name the extra {extra!r}"
     assert sorted(p.name.split("-")[0] for p in installed.dist.glob("*.whl")) == ["nemo_gym_env", "verifiers_nemo"]
 
     # Importing nemo-gym, ray, inspect-ai or verifiers without compiled bytecode takes many seconds: find them.
@@ -157,7 +164,7 @@ def test_every_extra_installs_from_the_wheels(installed: Installed) -> None:
         installed.gym,
         "import importlib.metadata as m, importlib.util as u, verifiers_nemo, nemo_gym_env; "
         "missing = [n for n in ('nemo_gym', 'ray', 'plotly', 'jinja2', 'inspect_ai', 'pytest', 'pytest_asyncio', "
-        "'pytest_codeblocks') if u.find_spec(n) is None]; "
+        "'pytest_codeblocks', 'mkdocs', 'material', 'mkdocstrings') if u.find_spec(n) is None]; "
         "print(m.version('nemo-gym'), verifiers_nemo.__file__, missing, sep='|')",
     )
     nemo_gym_version, module_file, missing = gym.split("|")
@@ -211,6 +218,8 @@ class StandIns:
     replay_url: str
     placeholders: dict[str, str]
     env: dict[str, str]
+    clones: dict[Path, Path]
+    """Each page's copy of the working tree, made for its first block: its blocks run there in order."""
 
 
 @pytest.fixture(scope="module")
@@ -219,6 +228,8 @@ def stand_ins(installed: Installed, tmp_path_factory: pytest.TempPathFactory) ->
     env = _base_env()
     env["PATH"] = os.pathsep.join([str(installed.gym / "bin"), str(installed.vf / "bin"), env.get("PATH", "")])
     env["VERIFIERS_NEMO_GYM_PYTHON"] = str(installed.gym / "bin" / "python")
+    # A Python 3.12 on PATH (behind the venvs), as a user's machine has one: `uv venv -p 3.12` finds it there.
+    env["PATH"] = os.pathsep.join([env["PATH"], str(Path(_python312()).parent)])
     port_file = tmp / "replay.url"
     replay = subprocess.Popen(
         ["verifiers-nemo", "replay-server", "example_multi_step", "--port-file", str(port_file)],
@@ -235,30 +246,40 @@ def stand_ins(installed: Installed, tmp_path_factory: pytest.TempPathFactory) ->
                 time.sleep(0.1)
             replay_url = port_file.read_text().strip()
             placeholders = dict.fromkeys(GPU_URLS, fake.base_url)
-            placeholders |= {"URL": replay_url, "HEAD_IP": "127.0.0.1", "RUN_DIR": "outputs/evals/*/*"}
-            yield StandIns(fake, replay_url, placeholders, env)
+            newest_run = '"$(ls -td outputs/evals/*/* | head -1)"'
+            placeholders |= {"URL": replay_url, "HEAD_IP": "127.0.0.1", "RUN_DIR": newest_run}
+            yield StandIns(fake, replay_url, placeholders, env, {})
     finally:
         replay.terminate()
         replay.wait(30)
 
 
 def substitute(code: str, placeholders: dict[str, str]) -> str:
-    """The README's placeholders replaced, whole words only (``URL`` is not part of ``--client.base-url``)."""
+    """The docs' placeholders replaced, whole words only (``URL`` is not part of ``--client.base-url``)."""
     for name, value in placeholders.items():
         code = re.sub(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", value, code)
-    return re.sub(r"(?<![\w-])pip install\b", "uv pip install", code)
+    return re.sub(r"(?<![\w-])(?<!uv )pip install\b", "uv pip install", code)
 
 
 # -- the blocks ----------------------------------------------------------------------------------------
 
 
+def _page_blocks(syntaxes: tuple[str, ...]) -> list[tuple[Path, object]]:
+    """(page, block) for every block of these syntaxes, README's first left out (it is CI itself)."""
+    found = []
+    for page in DOCS:
+        blocks = extract_from_file(page)
+        for block in blocks[1:] if page == README else blocks:
+            if block.syntax in syntaxes:
+                found.append((page, block))
+    return found
+
+
 def _blocks() -> list:
     params = []
-    for block in extract_from_file(README)[1:]:  # the first is CI itself: test_the_first_block_*
-        if block.syntax not in RUNNABLE:
-            continue
+    for page, block in _page_blocks(RUNNABLE):
         marks = [eval(mark, {"pytest": pytest, "sys": sys}) for mark in block.marks]  # as pytest-codeblocks does
-        params.append(pytest.param(block, id=f"README.md:{block.lineno}", marks=marks))
+        params.append(pytest.param(page, block, id=f"{page.relative_to(ROOT)}:{block.lineno}", marks=marks))
     return params
 
 
@@ -278,18 +299,21 @@ def _run_block(argv: list[str], code: str, cwd: Path, env: dict[str, str]) -> st
     return output
 
 
-@pytest.mark.parametrize("block", _blocks())
-def test_readme_block(block, stand_ins: StandIns, installed: Installed, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("page", "block"), _blocks())
+def test_doc_block(
+    page: Path, block, stand_ins: StandIns, installed: Installed, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     code = substitute(block.code, stand_ins.placeholders)
-    cwd = _copy_tree(tmp_path / "clone")
+    if page not in stand_ins.clones:
+        stand_ins.clones[page] = _copy_tree(tmp_path_factory.mktemp("clone"))
+    cwd = stand_ins.clones[page]
+    tmp_path = tmp_path_factory.mktemp("block")
     env = dict(stand_ins.env)
     if block.syntax == "python":
         before = len(stand_ins.fake.requests)
-        output = _run_block([str(installed.gym / "bin" / "python"), str(Path(__file__).with_name("readme_python.py"))],
+        output = _run_block([str(installed.gym / "bin" / "python"), str(Path(__file__).with_name("docs_python.py"))],
                             code, cwd, env)  # fmt: skip
-        results = [
-            json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("README-RESULT")
-        ]
+        results = [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("DOCS-RESULT")]
         if "result" in code:
             assert results, f"the block left no result:\n{output[-3000:]}"
             assert results[0]["error"] is None, results
@@ -303,8 +327,12 @@ def test_readme_block(block, stand_ins: StandIns, installed: Installed, tmp_path
         env["VIRTUAL_ENV"] = str(venv)
         env["PATH"] = os.pathsep.join([str(venv / "bin"), env["PATH"]])
         _run_block(["bash", "-e", "-o", "pipefail"], code, cwd, env)
-        _python_says(venv, "import verifiers_nemo, nemo_gym, nemo_gym_env")
-        assert (venv / "bin" / "verifiers-nemo").exists()
+        elsewhere = re.findall(r"pip install -p (\S+/bin/python)", block.code)  # a venv the block made itself
+        for python in elsewhere:
+            _python_says((cwd / python).parents[1], "import verifiers_nemo, nemo_gym")
+        if not elsewhere:
+            _python_says(venv, "import verifiers_nemo, nemo_gym, nemo_gym_env")
+            assert (venv / "bin" / "verifiers-nemo").exists()
         return
     _run_block(["bash", "-e", "-o", "pipefail"], code, cwd, env)
 
@@ -331,7 +359,7 @@ def test_the_first_block_is_what_ci_runs() -> None:
 
 
 def test_inline_commands_parse() -> None:
-    """Commands the README gives inline (tables, prose) are not blocks: each ``verifiers-nemo`` one that is not a
+    """Commands the docs give inline (tables, prose) are not blocks: each ``verifiers-nemo`` one that is not a
     synopsis (``[optional]``, ``A|B``, ``ENV...``) or a bare name must at least be accepted by the CLI's parser."""
     from markdown_it import MarkdownIt
 
@@ -339,7 +367,8 @@ def test_inline_commands_parse() -> None:
 
     spans = [
         child.content
-        for token in MarkdownIt("commonmark").enable("table").parse(README.read_text())
+        for page in DOCS
+        for token in MarkdownIt("commonmark").enable("table").parse(page.read_text())
         for child in token.children or []
         if child.type == "code_inline" and child.content.startswith("verifiers-nemo ")
     ]
@@ -354,4 +383,4 @@ def test_inline_commands_parse() -> None:
         except SystemExit:
             if "arguments are required" not in said.getvalue():  # `verifiers-nemo report` names a command
                 refused.append(f"{span}: {next(x for x in said.getvalue().splitlines() if 'error:' in x)}")
-    assert not refused, f"the CLI refuses these README commands: {refused}"
+    assert not refused, f"the CLI refuses these commands of the docs: {refused}"
