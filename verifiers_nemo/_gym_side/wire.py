@@ -42,7 +42,8 @@ class Channel:
                 raise ValueError(f"{len(fds)} file descriptors: at most {MAX_FDS} travel in one message")
             rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
             sent = self.sock.sendmsg([payload[:_CHUNK]], rights)
-        self.sock.sendall(payload[sent:])
+        if sent < len(payload):  # not once more when all went: ``sendall(b"")`` fails (EPIPE) once the peer has
+            self.sock.sendall(payload[sent:])  # read the message and closed (a warm parent that answered it)
 
     def recv(self) -> tuple[dict[str, Any] | None, list[int]]:
         """The next message and the descriptors that came with it; ``(None, [])`` at a clean end of stream.
