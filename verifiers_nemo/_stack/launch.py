@@ -27,7 +27,14 @@ from .config import HOST, StackConfig
 from .launchers import launcher_venv
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
 from .plan import POLICY_IMPLEMENTATION, address_config, child_env, ng_run_argv, policy_model_config, run_id
-from .procs import PortReservation, http_ok, remove_legacy_port_locks, reserve_ports, sweep_dead_owners
+from .procs import (
+    PortReservation,
+    http_ok,
+    remove_legacy_port_locks,
+    remove_path,
+    reserve_ports,
+    sweep_dead_owners,
+)
 from .ray_head import RayHead
 from .supervisor import GYM_SIDE, Supervised, start_supervised
 from .warm_parent import WarmParent, WarmStartUnavailable, say_unavailable
@@ -93,14 +100,28 @@ def spawn(
     warm: WarmParent | None = None,
 ) -> Launch:
     """Start generation ``generation`` of the stack's processes (not waiting for them to answer): forked from
-    the warm parent ``warm`` when given (the servers on the runtime through its launcher venv), else plain."""
-    links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime) if warm is not None else None)
+    the warm parent ``warm`` when given (the servers on the runtime through its launcher venv), else plain.
+
+    A warm request that fails (said once) is followed by a plain launch of its own: other folders, other ports.
+    The warm parent may have forked a supervisor for the request before the failure (its answer lost): that one
+    sees its owner's pipe closed and removes its folders, which therefore must not be the plain launch's."""
     sweep_run_dirs(cache_dir() / "runs")
     sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
     remove_legacy_port_locks(cache_dir() / "ports")
-    name = run_id(config.name, os.getpid(), secrets.token_hex(4))
-    with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
-        return _new_launch(config, instances, runtime, ray_head, links, name, generation, warm)
+    refused = None
+    if warm is not None:
+        links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime))
+        try:
+            with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
+                return _new_launch(config, instances, runtime, ray_head, links, generation, warm)
+        except WarmStartUnavailable as exc:
+            say_unavailable(str(exc))
+            refused = str(exc)
+    links = _link_venvs(runtime, instances, venvs, None)
+    with before_forced_exit():
+        launch = _new_launch(config, instances, runtime, ray_head, links, generation, None)
+    launch.warm_refused = refused
+    return launch
 
 
 def _link_venvs(
@@ -134,10 +155,12 @@ def _new_launch(
     runtime: GymRuntime,
     ray_head: RayHead | None,
     links: Path,
-    name: str,
     generation: int,
     warm: WarmParent | None,
 ) -> Launch:
+    """A launch under a new name (``run_id``): its supervisor forked by ``warm`` when given (``WarmStartUnavailable``
+    when it cannot be, its folders and ports given up), else started plain."""
+    name = run_id(config.name, os.getpid(), secrets.token_hex(4))
     run_dir = cache_dir() / "runs" / name
     log_dir = logs_dir() / name
     (log_dir / SERVER_LOGS).mkdir(parents=True)
@@ -176,11 +199,17 @@ def _new_launch(
     own = config_variable_names(config.config_paths)  # the env's own variables reach its servers only
     env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=(*config.pass_env, *own)))
     env |= ray_head.env() if ray_head is not None else {}
-    supervisor, refused = _warm_supervisor(warm, spec, env, run_dir) if warm is not None else (None, None)
-    if supervisor is None:
-        supervisor = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
+    if warm is None:
+        supervisor: Supervised = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
+    else:
+        try:
+            supervisor = warm.supervise(spec, env, run_dir)
+        except WarmStartUnavailable:
+            reservation.release()
+            remove_path(run_dir)
+            remove_path(log_dir)
+            raise
     return Launch(
-        warm_refused=refused,
         generation=generation,
         supervisor=supervisor,
         run_dir=run_dir,
@@ -190,18 +219,6 @@ def _new_launch(
         started_at=time.monotonic(),
         ports=reservation,
     )
-
-
-def _warm_supervisor(
-    warm: WarmParent, spec: dict, env: dict[str, str], run_dir: Path
-) -> tuple[Supervised | None, str | None]:
-    """The stack's supervisor forked by the warm parent, or None and why (said once) when it cannot be: its
-    servers' launchers then start plain interpreters."""
-    try:
-        return warm.supervise(spec, env, run_dir), None
-    except WarmStartUnavailable as exc:
-        say_unavailable(str(exc))
-        return None, str(exc)
 
 
 def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
