@@ -53,7 +53,7 @@ from .._gym_side.warm_child import (
 )
 from .leases import give_up_lease, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
-from .procs import kill_session
+from .procs import kill_session, remove_path
 from .ray_head import ray_dir
 from .registry import Registry
 from .supervisor import GYM_SIDE, WarmSupervisor, start_detached
@@ -154,9 +154,10 @@ class WarmParent:
             self._lease: tuple[Path, int] | None = take_lease(folder / "leases")
             try:
                 state = read_state(folder / "state.json")
-                if state is None or start_time(state["pid"]) != state["started"]:
-                    if state is not None and start_time(state["pid"]) == state["started"]:
-                        kill_session(state["pid"])
+                if state is not None and not _usable(state):
+                    _remove_remains(state)
+                    state = None
+                if state is None:
                     state = _start(runtime, env, folder, preload)
             except BaseException:
                 self.leave()
@@ -220,7 +221,10 @@ class WarmParent:
                 self._ready = True
             except OSError:
                 if not self.alive:
-                    reason = f"the warm parent exited while preparing: {self._reason()}"
+                    said = self._reason()
+                    if "cannot serve" not in said:  # stopped from outside, not unable to prepare: another may serve
+                        raise WarmStartUnavailable(f"the warm parent stopped while preparing: {said}") from None
+                    reason = f"the warm parent exited while preparing: {said}"
                     _unavailable[(str(self.folder.parent), self.folder.name)] = reason  # not asked again here
                     raise WarmStartUnavailable(reason, broken=True) from None
                 if time.monotonic() > deadline:
@@ -244,12 +248,43 @@ class WarmParent:
             give_up_lease(lease)
 
 
+def _usable(state: dict[str, Any]) -> bool:
+    """Whether a warm parent the state file names may be joined: its supervisor is the same live process, and its
+    socket, once there (it appears when the warm parent has prepared), takes connections. One whose socket refuses
+    them has stopped serving: its warm parent exited, its supervisor is tearing it down (as the Ray head's GCS port
+    tells a dead head)."""
+    if start_time(int(state["pid"])) != state["started"]:
+        return False
+    probe_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        probe_sock.settimeout(2.0)
+        probe_sock.connect(state["socket"])
+    except (FileNotFoundError, TimeoutError, BlockingIOError):
+        return True  # preparing, or too busy to accept at once: alive
+    except OSError:
+        return False  # refused: nothing listens there any more
+    finally:
+        probe_sock.close()
+    return True
+
+
+def _remove_remains(state: dict[str, Any]) -> None:
+    """What a warm parent that stopped serving left (under the folder's lock, before its successor starts): its
+    supervisor's session, still stopping, and its socket. Stacks forked from it lead sessions of their own."""
+    if start_time(int(state["pid"])) == state["started"]:
+        kill_session(int(state["pid"]), timeout=5.0)
+    remove_path(Path(state["socket"]))
+
+
 def _start(runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: Path) -> dict[str, Any]:
-    """Start a warm parent (under the folder's lock) without waiting for it; its state."""
+    """Start a warm parent (under the folder's lock) without waiting for it; its state. Its socket is its own
+    (``socket-<token>``), never a predecessor's: a warm parent still stopping keeps listening on its socket until
+    its supervisor has taken it down, and removes that socket then."""
     logs = logs_dir()
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"warm-parent-{folder.name}-{os.getpid()}-{secrets.token_hex(4)}.log"
-    sock = folder / "socket"
+    token = secrets.token_hex(4)
+    log_path = logs / f"warm-parent-{folder.name}-{os.getpid()}-{token}.log"
+    sock = folder / f"socket-{token}"
     own_env = {_JEMALLOC_CONF: env.get(_JEMALLOC_CONF)}
     config = {"socket": str(sock), "preload": str(preload), "own_env": own_env}
     spec = {
