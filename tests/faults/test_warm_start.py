@@ -26,7 +26,13 @@ from verifiers_nemo._stack.launchers import launcher_venv
 from verifiers_nemo._stack.plan import child_env
 from verifiers_nemo._stack.ray_head import join_env_without_token
 from verifiers_nemo._stack.supervisor import WarmSupervisor, start_supervised, stop_supervised
-from verifiers_nemo._stack.warm_parent import WarmStartUnavailable, acquire_warm_parent, release_warm_parent
+from verifiers_nemo._stack.warm_parent import (
+    WarmParent,
+    WarmStartUnavailable,
+    acquire_warm_parent,
+    probe,
+    release_warm_parent,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -322,3 +328,193 @@ def test_a_stack_the_warm_start_cannot_serve_starts_the_plain_way_and_says_so_on
         stack.stop()
     said = [r.getMessage() for r in caplog.records if "start the plain way" in r.getMessage()]
     assert len(said) == 1 and "AZURE_OPENAI_AD_TOKEN" in said[0], said
+
+
+# -- a warm parent that stops as a new holder arrives; a request that fails after it was served -----------------
+
+
+def _sleeper_spec(tmp: Path) -> dict[str, Any]:
+    """A stack supervisor's spec whose launcher runs until it is stopped (``sleep``: started the plain way)."""
+    return {"argv": ["sleep", "120"], "cwd": str(tmp), "log": str(tmp / "log"), "grace_s": 1.0, "ports": [],
+            "remove": [], "logs": []}  # fmt: skip
+
+
+def _forked_by(supervisor: WarmSupervisor) -> int:
+    """The supervisor (lease holder side) of the warm parent that forked ``supervisor``: its parent's parent."""
+    from tests.e2e.test_stack import _parent
+
+    return _parent(_parent(supervisor.pid))
+
+
+def _zygote_of(supervisor_pid: int) -> int:
+    from tests.e2e.env_server_harness import cmdline, live_pids
+
+    [zygote] = [  # its rearguard, a fork of it, names zygote.py too: in the spec it was given
+        p
+        for p, (ppid, _) in live_pids().items()
+        if ppid == supervisor_pid and cmdline(p).split()[1].endswith("zygote.py")
+    ]
+    return zygote
+
+
+def _gone(pid: int, timeout: float = 30.0) -> bool:
+    from tests.e2e.conftest import wait_until
+    from verifiers_nemo._stack.leases import start_time
+
+    return bool(wait_until(lambda: start_time(pid) is None, timeout, f"pid {pid} gone"))
+
+
+def test_a_new_holder_never_joins_a_warm_parent_that_decided_to_stop(own_ray_dir: Path, tmp_path: Path) -> None:
+    """The last holder leaves and the warm parent's supervisor decides to stop: under the folder's lock it removes
+    the state file (no process may join it from then on), then takes its session down. A holder arriving in
+    between (on a loaded machine its supervisor may wait seconds for the lock the newcomer holds while it starts
+    the next warm parent) starts and uses a new warm parent: never the old one, whose warm parent still listens
+    until the teardown reaches it (measured: the newcomer's request went to it, which died on it: EPIPE, and its
+    stack started plain). Here the old supervisor is held still (SIGSTOP) right after that decision."""
+    from verifiers_nemo._stack.leases import locked
+
+    runtime, env = _gym_env(None)
+    first = acquire_warm_parent(runtime, env, own_ray_dir)
+    old, folder = first.pid, first.folder
+    stopped = False
+    second = None
+    try:
+        served = first.supervise(_sleeper_spec(tmp_path), env, tmp_path)  # ready and serving
+        stop_supervised(served, "sleeper", 5.0)
+        os.kill(old, signal.SIGSTOP)
+        stopped = True
+        release_warm_parent(first)  # the last holder leaves
+        with locked(folder / "lock"):  # what its supervisor does next: the state file goes first
+            (folder / "state.json").unlink()
+        second = acquire_warm_parent(runtime, env, own_ray_dir)
+        assert second.pid != old
+        supervisor = second.supervise(_sleeper_spec(tmp_path), env, tmp_path)
+        try:
+            assert _forked_by(supervisor) == second.pid, "the stack's supervisor was forked by the stopping parent"
+        finally:
+            stop_supervised(supervisor, "sleeper", 5.0)
+        os.kill(old, signal.SIGCONT)  # the old one finishes stopping: the new one's socket is not its to remove
+        stopped = False
+        os.kill(old, signal.SIGTERM)
+        assert _gone(old)
+        third = WarmParent(runtime, env, folder, probe(runtime, env)[0])  # another process's hold on it
+        try:
+            assert third.pid == second.pid
+            supervisor = third.supervise(_sleeper_spec(tmp_path), env, tmp_path)
+            assert _forked_by(supervisor) == second.pid
+            stop_supervised(supervisor, "sleeper", 5.0)
+        finally:
+            third.leave()
+    finally:
+        if stopped:
+            os.kill(old, signal.SIGCONT)
+        if second is not None:
+            release_warm_parent(second)
+
+
+def test_a_warm_parent_whose_warm_process_is_gone_is_replaced_not_joined(own_ray_dir: Path, tmp_path: Path) -> None:
+    """A warm parent whose warm process exited while its supervisor has not yet taken the rest down (held still
+    here: SIGSTOP) still has its state file: a new holder sees its socket refuse connections, takes what is left
+    of it down and starts another (as a dead Ray head is told by its GCS port), instead of waiting on it."""
+    runtime, env = _gym_env(None)
+    first = acquire_warm_parent(runtime, env, own_ray_dir)
+    old = first.pid
+    second = None
+    try:
+        stop_supervised(first.supervise(_sleeper_spec(tmp_path), env, tmp_path), "sleeper", 5.0)
+        zygote = _zygote_of(old)
+        os.kill(old, signal.SIGSTOP)
+        os.kill(zygote, signal.SIGKILL)
+        assert _gone(zygote)
+        release_warm_parent(first)
+        second = acquire_warm_parent(runtime, env, own_ray_dir)
+        assert second.pid != old
+        assert _gone(old, 10.0), "what was left of the old warm parent was not taken down"
+        supervisor = second.supervise(_sleeper_spec(tmp_path), env, tmp_path)
+        assert _forked_by(supervisor) == second.pid
+        stop_supervised(supervisor, "sleeper", 5.0)
+    finally:
+        from verifiers_nemo._stack.leases import start_time
+
+        if start_time(old) is not None:
+            os.kill(old, signal.SIGCONT)
+        if second is not None:
+            release_warm_parent(second)
+
+
+def test_a_request_the_warm_parent_read_answered_and_closed_at_once_was_sent() -> None:
+    """The owner's side of a warm request on a loaded machine: the warm parent reads the whole request, forks the
+    stack's supervisor, answers and closes before the sender's ``send`` returns. That request was sent: no EPIPE
+    (which the owner took for a refusal, starting the stack plain beside the supervisor forked for it)."""
+    import socket
+
+    from verifiers_nemo._gym_side import wire
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    class AnsweredAtOnce:
+        """Our socket, with the warm parent faster than its sender: done with the request as soon as it is written."""
+
+        def sendmsg(self, buffers: list[bytes], ancillary: list[Any]) -> int:
+            sent = ours.sendmsg(buffers, ancillary)
+            peer = wire.Channel(theirs)
+            request, fds = peer.recv()
+            for fd in fds:
+                os.close(fd)
+            peer.send({"pid": 1, "asked": request})
+            peer.close()
+            return sent
+
+        def sendall(self, data: bytes) -> None:
+            ours.sendall(data)
+
+    read_end, write_end = os.pipe()
+    try:
+        wire.Channel(AnsweredAtOnce()).send({"spec": {"argv": ["ng_run"]}}, [read_end])  # type: ignore[arg-type]
+        reply, _ = wire.Channel(ours).recv()
+        assert reply == {"pid": 1, "asked": {"spec": {"argv": ["ng_run"]}}}
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        ours.close()
+
+
+def test_a_stack_whose_warm_request_failed_after_a_supervisor_was_forked_for_it_starts_plain(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warm parent forked the stack's supervisor, but the owner saw the request fail (the answer lost): the
+    owner closes that supervisor's pipe and starts the stack the plain way. The forked supervisor, told so by its
+    pipe, removes its launch's folders as it stops: the plain start works in folders of its own (measured: it shared
+    them, lost them, and exited at once with no output)."""
+    from tests.e2e.conftest import env_config
+    from tests.e2e.test_stack import _get
+    from verifiers_nemo._gym.runtime import gym_root
+    from verifiers_nemo._stack import GymStack
+
+    real_supervise = WarmParent.supervise
+    forked: list[int] = []
+
+    def answer_lost(self: WarmParent, spec: dict[str, Any], env: Any, cwd: Path) -> WarmSupervisor:
+        supervisor = real_supervise(self, spec, env, cwd)
+        forked.append(supervisor.pid)
+        supervisor.stdin.close()  # as the owner does on a failed request: the forked supervisor stops
+        supervisor.wait(timeout=60)
+        supervisor.close()
+        raise WarmStartUnavailable(f"the warm parent (pid {self.pid}) did not answer: [Errno 32] Broken pipe")
+
+    monkeypatch.setattr(WarmParent, "supervise", answer_lost)
+    config = StackConfig(
+        "example_single_tool_call", (env_config(gym_root(), "example_single_tool_call"),), "http://127.0.0.1:9"
+    )
+    stack = GymStack(config)
+    caplog.set_level("WARNING", logger="verifiers_nemo")
+    try:
+        info = stack.start()
+        assert forked, "the warm parent was not asked"
+        assert _get(info.server_urls["example_single_tool_call"] + "/") == 200
+        assert not isinstance(stack.launch.supervisor, WarmSupervisor)
+        assert stack.launch.warm_refused and "Broken pipe" in stack.launch.warm_refused
+    finally:
+        stack.stop()
+    said = [r.getMessage() for r in caplog.records if "start the plain way" in r.getMessage()]
+    assert len(said) == 1 and "Broken pipe" in said[0], said
