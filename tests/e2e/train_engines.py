@@ -45,6 +45,8 @@ MODEL_LEN = 8192
 QWEN3_MODEL_LEN = 40960  # Qwen3-8B's max_position_embeddings: what `/v1/models` reports for it
 REPO = Path(__file__).resolve().parents[2]
 RENDERER_FILE = REPO / "docs" / "examples" / "hermes_chatml_renderer.py"
+GUIDE_CLONE = "verifiers-nemo"
+"""The training guide's name for the folder of this clone, beside the prime-rl checkout it launches from."""
 CHAT_TEMPLATE = REPO / "tests" / "realmodel" / "hermes_tools.jinja"
 
 
@@ -303,8 +305,8 @@ def custom_renderer_config(model: str) -> dict[str, Any]:
     config = merge_toml(guide_toml('name = "qwen3"'), guide_toml('name = "custom"'))
     config["model"]["name"] = model
     renderer = config["orchestrator"]["renderer"]
-    renderer["import_path"] = str(REPO / renderer["import_path"])
-    renderer["chat_template"] = str(REPO / renderer["chat_template"])
+    for key in ("import_path", "chat_template"):  # the guide's paths are from prime-rl's folder, beside this clone
+        renderer[key] = str(REPO / renderer[key].removeprefix(f"../{GUIDE_CLONE}/"))
     return config
 
 
