@@ -4,9 +4,10 @@ by a veth pair, each a node with its own address, home (Ray's token), Ray tempor
 Every line of the block runs where its comment says (``# on the head node``, ``# on every other node``, ``# on every
 node``), its placeholders substituted: ``HEAD_IP`` / ``NODE_IP`` the namespaces' addresses, ``--workers 16`` as
 ``--workers 2`` (one actor a node), the vLLM a replay server of the environment's recordings in the head's namespace
-(``-m replay``; tests/e2e/held_replay.py), which never answers the calls of the other node: that node's rollouts are
-in flight when every process of its namespace is SIGKILLed. The eval must finish with every row saved once and every
-recorded reward reproduced (the lost rollouts retried on the head's actor), and nothing of the dead node left.
+(``-m replay``, and ``--api responses``: it serves the Responses API; tests/e2e/held_replay.py), which never answers
+the calls of the other node: that node's rollouts are in flight when every process of its namespace is SIGKILLed.
+The eval must finish with every row saved once and every recorded reward reproduced (the lost rollouts retried on
+the head's actor), and nothing of the dead node left.
 
 Only addresses inside the namespaces made here, and their loopback, are used: nothing binds the machine's own
 network. Needs root (``ip netns``), as CI runs.
@@ -153,6 +154,7 @@ def _lines(code: str, head: Node) -> list[tuple[str, tuple[str, ...]]]:
         "HEAD_IP": head.address,
         "http://vllm:8000/v1": f"http://{head.address}:{POLICY_PORT}/v1",
         "Qwen/Qwen3-8B": "replay",
+        "--api chat": "--api responses",  # the stand-in is the replay server's app: the Responses API only
         "16": str(WORKERS),
     }
     lines = []
@@ -193,6 +195,7 @@ def test_the_readme_multi_node_block_loses_nothing_when_a_node_dies_mid_run(
     head, worker = nodes["head"], nodes["worker"]
     code, reason = _block()
     assert "tests/e2e/test_multi_node.py" in reason and f"--workers {WORKERS}" in reason and "-m replay" in reason
+    assert "--api responses" in reason
     folder = head.folder.parent
     run_dir = folder / "run"
     run_dir.mkdir()
