@@ -112,7 +112,8 @@ def pss_bytes(pids: list[int]) -> int:
 class MemorySampler:
     """Peak RSS / PSS and process count of each worker's tree, sampled every second."""
 
-    def __init__(self, workers: list[int]) -> None:
+    def __init__(self, served: ServedEnv, workers: list[int]) -> None:
+        self.served = served
         self.workers = workers
         self.peak = {w: {"rss": 0, "pss": 0, "processes": 0} for w in workers}
         self._done = threading.Event()
@@ -120,7 +121,8 @@ class MemorySampler:
 
     def sample(self) -> None:
         for worker in self.workers:
-            tree = [worker, *descendants(worker)]
+            # its Gym stack: its descendants when started plain, forks of the warm parent when started warm
+            tree = sorted({worker, *descendants(worker), *self.served.stack_pids(worker)})
             peak = self.peak[worker]
             peak["rss"] = max(peak["rss"], rss_bytes(tree))
             peak["pss"] = max(peak["pss"], pss_bytes(tree))
@@ -152,7 +154,7 @@ def measure(workers: int, episodes: int, upstream: str, env: str, tmp: Path) -> 
         ready_s = time.monotonic() - started
         pids = served.workers() if workers > 1 else [served.pid]
         assert len(pids) == workers, pids
-        with MemorySampler(pids) as memory:
+        with MemorySampler(served, pids) as memory:
             sent = client.send("timed", episodes)
             done = client.wait_episodes("timed", episodes, 3600)
             elapsed = max(e["elapsed_s"] for e in done)

@@ -40,6 +40,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import time
@@ -96,6 +97,29 @@ def descendants(roots: set[int], table: dict[int, tuple[int, int]]) -> set[int]:
     return found
 
 
+def stack_processes(owners: set[int]) -> set[int]:
+    """Every process of the Gym stacks that ``owners`` started: their supervisors' sessions. A supervisor works in
+    its launch's run folder, ``<cache>/runs/<name>-<owner pid>-<token>``; started warm it is a fork of the
+    machine's warm parent, no descendant of its owner."""
+    from verifiers_nemo._gym import cache_dir
+
+    runs = re.compile(re.escape(f"{cache_dir()}/runs/") + r"[^/]+-(\d+)-[0-9a-f]+")
+    sessions: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (fields := _stat(name)) is not None:
+            sessions[int(name)] = int(fields[3])
+    leaders = set()
+    for pid, session in sessions.items():
+        if pid == session:
+            try:
+                found = runs.fullmatch(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                continue
+            if found and int(found.group(1)) in owners:
+                leaders.add(pid)
+    return {pid for pid, session in sessions.items() if session in leaders}
+
+
 def main_thread_cpu() -> float:
     """CPU seconds of this process's main thread (the asyncio loop) alone."""
     fields = _stat(os.getpid(), os.getpid())
@@ -135,7 +159,7 @@ def groups_of(pool: NeMoGymPool, upstream_pid: int) -> dict[str, set[int]]:
     table = process_table()
     me = os.getpid()
     actors = {int(w["pid"]) for w in pool.workers if w.get("pid")}
-    stacks = descendants(actors, table)
+    stacks = descendants(actors, table) | stack_processes(actors)
     upstream = {upstream_pid} | descendants({upstream_pid}, table)
     ray_head = descendants({me}, table) - actors - stacks - upstream
     return {

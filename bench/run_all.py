@@ -67,6 +67,7 @@ STEPS = [
     Step("taskset", "bench_taskset.py", [], ["--rows", "100000"]),
     Step("ray", "bench_ray.py", ["--actors", "1,2,4"], ["--actors", "1,2,4", "--quick"]),
     Step("shared_ray", "bench_shared_ray.py", ["--repeats", "2"], ["--repeats", "1"]),
+    Step("warm_start", "bench_warm_start.py", ["--repeats", "2"], ["--repeats", "1"]),
     Step(
         "eval_memory",
         "bench_eval_memory.py",
@@ -86,6 +87,10 @@ SHARED_RAY_TARGETS = {  # the machine's shared Ray head (issue 30), quiet 2-core
     "0.4": {"first_s": 7.0, "later_s": 4.0, "added_processes": 12, "added_pss_mib": 512},
     "0.7": {"first_s": 9.0, "later_s": 6.0},
 }
+WARM_START_TARGETS = {"first_s": 0.4, "mix_s": 0.2}
+"""Issue 44 (quiet 2-core machine, both releases): warm / plain for a first stack and the 8-environment mix; and
+what a later process's stack adds to the machine, at most ``WARM_START_ADDED_PSS_MIB``."""
+WARM_START_ADDED_PSS_MIB = 150.0
 EXTRA_ENVS = "example_single_tool_call,example_multi_step,example_session_state_mgmt"
 
 
@@ -302,6 +307,31 @@ def summarize(results: dict[str, Any], load: tuple[float, float], durations: dic
     elif sr is not None:
         t.section("shared Ray head")
         t.add("bench_shared_ray.py", str(sr))
+
+    ws = results.get("warm_start")
+    if isinstance(ws, dict):
+        t.section("Gym processes started warm vs plain (bench_warm_start.py; ours = warm, reference = plain)")
+        rows = {(r["release"], r["design"]): r for r in ws["rows"]}
+        for release in dict.fromkeys(r["release"] for r in ws["rows"]):
+            warm, plain = rows.get((release, "warm")), rows.get((release, "plain"))
+            if warm is None or plain is None:
+                continue
+            for key, label in (("first_s", "first stack, s"), ("first_cpu_s", "  its CPU-s to ready"),
+                               ("later_s", "a later process's stack, s"), ("later_cpu_s", "  its CPU-s to ready"),
+                               ("mix_s", "8-environment mix ready, s")):  # fmt: skip
+                if key not in warm:
+                    continue
+                ratio = warm[key] / plain[key] if plain[key] else float("nan")
+                goal = WARM_START_TARGETS.get(key)
+                target = (f"<= {goal:g}x", met(ratio <= goal)) if goal is not None else ("", "")
+                t.add(f"nemo-gym {release}: {label}", f"{warm[key]:.1f}", f"{plain[key]:.1f}", f"{ratio:.2f}x", *target)
+            added = warm["later_added_pss_mib"]
+            t.add(f"nemo-gym {release}: PSS a later stack adds, MiB", f"{added:.0f}",
+                  f"{plain['later_added_pss_mib']:.0f}", "", f"<= {WARM_START_ADDED_PSS_MIB:g}",
+                  met(added <= WARM_START_ADDED_PSS_MIB))  # fmt: skip
+    elif ws is not None:
+        t.section("warm start")
+        t.add("bench_warm_start.py", str(ws))
 
     em = results.get("eval_memory")
     if isinstance(em, dict):

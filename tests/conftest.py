@@ -34,7 +34,9 @@ class _SessionHeads:
     """The machine's shared Ray heads of the suite's Gym runtimes (nemo-gym 0.4 here, 0.7 in .venv-gym07),
     held by this process from the session's start to its end: every stack the suite starts, in this process or
     in a CLI, vf-eval, env-server or Ray-actor subprocess, joins them instead of starting a Ray head of its own.
-    Started in the background, so the heads come up while the first tests run."""
+    The same for their warm parents (``_stack/warm_parent.py``): the stacks whose processes see the environment
+    this one gives them fork from these instead of each starting one. Started in the background, so the heads
+    and warm parents come up while the first tests run."""
 
     def __init__(self) -> None:
         import threading
@@ -42,6 +44,7 @@ class _SessionHeads:
         from verifiers_nemo._stack.ray_head import ray_dir
 
         self.heads: list[object] = []
+        self.warm_parents: list[object] = []
         self.failures: list[str] = []
         self._heads_dir = ray_dir()  # now: a test may name a folder of its own (own_ray_dir) before the thread runs
         self._thread = threading.Thread(target=self._hold, name="session-ray-heads", daemon=True)
@@ -54,6 +57,8 @@ class _SessionHeads:
         from verifiers_nemo._stack.config import StackConfig
         from verifiers_nemo._stack.plan import child_env
         from verifiers_nemo._stack.ray_head import acquire_ray_head
+        from verifiers_nemo._stack.stack import warm_parent_env
+        from verifiers_nemo._stack.warm_parent import acquire_warm_parent
 
         pythons = [None, *([str(_GYM07_PYTHON)] if _GYM07_PYTHON.exists() else [])]
         for python in pythons:
@@ -63,13 +68,25 @@ class _SessionHeads:
                 self.heads.append(acquire_ray_head(runtime, env, self._heads_dir))
             except Exception as exc:  # the tests that need it start one (and report why it fails)
                 self.failures.append(f"{python or 'this interpreter'}: {exc}")
+        for python in pythons:  # the warm parents the suite's stacks fork from (those whose environment is this one)
+            try:
+                runtime = find_gym_runtime(python)
+                parent = acquire_warm_parent(
+                    runtime, warm_parent_env(StackConfig("suite", (), ""), runtime), self._heads_dir
+                )
+                self.warm_parents.append(parent)
+            except Exception as exc:
+                self.failures.append(f"warm parent of {python or 'this interpreter'}: {exc}")
 
     def release(self) -> None:
         from verifiers_nemo._stack.ray_head import release_ray_head
+        from verifiers_nemo._stack.warm_parent import release_warm_parent
 
         self._thread.join(timeout=300)
         for head in self.heads:
             release_ray_head(head)  # type: ignore[arg-type]
+        for parent in self.warm_parents:
+            release_warm_parent(parent)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session", autouse=True)

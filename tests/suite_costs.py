@@ -78,8 +78,10 @@ def process_kind(argv: Sequence[str]) -> str | None:
 
 
 def parse_cmdline(raw: bytes) -> list[str]:
-    """``/proc/<pid>/cmdline`` (NUL-separated, NUL-terminated) as an argv list."""
-    return [part.decode(errors="replace") for part in raw.split(b"\0")[:-1]] if raw else []
+    """``/proc/<pid>/cmdline`` (NUL-separated, NUL-terminated; a process forked warm pads it with NULs) as an
+    argv list."""
+    raw = raw.rstrip(b"\0")
+    return [part.decode(errors="replace") for part in raw.split(b"\0")] if raw else []
 
 
 @dataclass(frozen=True)

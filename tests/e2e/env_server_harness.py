@@ -93,6 +93,32 @@ def cwd(pid: int) -> str:
         return ""
 
 
+def stdin_writers(pid: int) -> set[int]:
+    """The other processes that hold the pipe a process reads as its stdin (a stack supervisor's: its owner's)."""
+    try:
+        pipe = os.readlink(f"/proc/{pid}/fd/0")
+    except OSError:
+        return set()
+    if not pipe.startswith("pipe:"):
+        return set()
+    holders = set()
+    for other in live_pids():
+        if other == pid:
+            continue
+        try:
+            fds = os.listdir(f"/proc/{other}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{other}/fd/{fd}") == pipe:
+                    holders.add(other)
+                    break
+            except OSError:
+                continue
+    return holders
+
+
 def listening_ports(pids: list[int]) -> set[int]:
     from tests.faults.helpers import listening_sockets_of
 
@@ -167,15 +193,21 @@ class ServedEnv:
         return set(re.findall(r"rollout done: id=(\w+)", self.log(pid)))
 
     def stack_sessions(self, worker: int) -> set[int]:
-        """The process sessions of a worker's Gym stack (it runs under a supervisor that leads its own session;
-        the Ray head it joins is the machine's, no descendant of the worker)."""
-        own = (_stat(worker) or ("", 0, 0))[2]
-        table = live_pids()
-        return {table[p][1] for p in descendants(worker) if p in table and table[p][1] != own}
+        """The process sessions of a worker's Gym stacks: each runs under a supervisor that leads its own session
+        and works in the launch's run folder, ``<cache>/runs/<name>-<owner pid>-<token>`` (``plan.run_id``). Found
+        by that folder, not by descent: a supervisor started plain is the worker's child, one started warm a fork
+        of the machine's warm parent (no descendant of the worker). The Ray head the stacks join is the
+        machine's, none of these."""
+        owned = re.compile(re.escape(f"{self.cache}/runs/") + r"[^/]+-" + str(worker) + r"-[0-9a-f]+")
+        return {pid for pid, (_, session) in live_pids().items() if pid == session and owned.fullmatch(cwd(pid))}
+
+    def stack_pids(self, worker: int) -> list[int]:
+        """Every process of a worker's Gym stacks (their sessions)."""
+        return in_sessions(self.stack_sessions(worker))
 
     def footprint(self, worker: int) -> dict[str, set]:
         """What a worker's Gym stack holds that must not collide with another worker's."""
-        tree = descendants(worker)
+        tree = self.stack_pids(worker)
         commands = [cmdline(p) for p in tree]
         cache = str(self.cache)
         return {
@@ -186,11 +218,14 @@ class ServedEnv:
         }
 
     def agent_pid(self, worker: int) -> int | None:
-        """The Gym agent server of a worker's stack (`app.py` run from a `responses_api_agents/` folder)."""
-        for pid in descendants(worker):
-            if "/responses_api_agents/" in cwd(pid) and cmdline(pid).endswith("app.py"):
-                return pid
-        return None
+        """The Gym agent server of a worker's stack (``app.py`` run from a ``responses_api_agents/`` folder): the
+        process that listens (started warm, its launcher runs there too, with the same command line)."""
+        found = [
+            pid
+            for pid in self.stack_pids(worker)
+            if "/responses_api_agents/" in cwd(pid) and cmdline(pid).endswith("app.py")
+        ]
+        return next((pid for pid in found if listening_ports([pid])), found[0] if found else None)
 
     def left_behind(self) -> list[str]:
         """Processes still alive that were started with this server's marker in their environment."""

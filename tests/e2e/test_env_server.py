@@ -26,6 +26,7 @@ from tests.e2e.env_server_harness import (
     ServedEnv,
     env_config,
     in_sessions,
+    stdin_writers,
     wait_for,
 )
 from tests.e2e.test_verifiers_env import VF_PYTHON, _environ
@@ -201,6 +202,8 @@ def test_each_worker_has_its_own_gym_stack_on_the_machine_s_one_ray_head(grown: 
     assert len(first["ray_heads"]) == 1 and first["ray_heads"] == second["ray_heads"], (first, second)
     for worker in grown.workers:
         assert all(f"-{worker}-" in d for d in grown.footprints[worker]["run_dirs"]), grown.footprints[worker]
+        # Each stack is its worker's alone: its supervisor reads a pipe no other process but the worker holds.
+        assert [stdin_writers(leader) for leader in grown.sessions[worker]] == [{worker}], grown.sessions[worker]
     assert grown.sessions[grown.workers[0]] and not grown.sessions[grown.workers[0]] & grown.sessions[grown.workers[1]]
 
 

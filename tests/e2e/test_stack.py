@@ -108,6 +108,7 @@ def test_killed_server_is_detected_and_restart_brings_the_stack_back(gym_root: P
         generation = stack.generation
         port = int(stack.info().server_urls["example_single_tool_call"].rsplit(":", 1)[1])
         pid = _listening_pid(port)
+        assert _parent(pid) == stack.launch.supervisor.pid  # started warm: a fork of the stack's supervisor
         os.kill(pid, signal.SIGKILL)
 
         wait_until(lambda: stack.is_dead(generation), timeout=15)
@@ -120,6 +121,11 @@ def test_killed_server_is_detected_and_restart_brings_the_stack_back(gym_root: P
             assert _get(url + "/") == 200
     finally:
         stack.stop()
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2 :].split()[1])
 
 
 def _listening_pid(port: int) -> int:
@@ -155,10 +161,11 @@ _OWNER = textwrap.dedent(
     stack = GymStack(StackConfig("example_single_tool_call", (Path(sys.argv[1]),), "http://127.0.0.1:9"))
     info = stack.start()
     ports = [int(u.rsplit(":", 1)[1]) for u in [info.head_url, *info.server_urls.values()]]
-    head = stack.ray_head
+    head, warm = stack.ray_head, stack.warm_parent
     print(json.dumps({"sid": stack.launch.supervisor.pid, "ports": ports, "dir": str(stack.launch.run_dir),
                       "head": {"sid": head.pid, "port": head.gcs_port, "dir": str(head.temp_dir),
-                               "leases": str(head.folder / "leases")}}), flush=True)
+                               "leases": str(head.folder / "leases")},
+                      "warm": {"sid": warm.pid, "leases": str(warm.folder / "leases")}}), flush=True)
     time.sleep(600)
     """
 )
@@ -168,9 +175,9 @@ _OWNER = textwrap.dedent(
 def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(
     gym_root: Path, sig: signal.Signals, request: pytest.FixtureRequest
 ) -> None:
-    """SIGKILL: the owner is its Ray head's only holder (a head folder of its own), so the head goes too, its lease
-    released by the kernel. SIGTERM, SIGINT: the owner joins the suite's shared head, which outlives it, less the
-    owner's lease."""
+    """SIGKILL: the owner is its Ray head's and warm parent's only holder (a head folder of its own), so they go too,
+    its leases released by the kernel; its stack, whose processes are forks of the warm parent, goes with them.
+    SIGTERM, SIGINT: the owner joins the suite's shared head and warm parent, which outlive it, less its leases."""
     own_head = sig == signal.SIGKILL
     if own_head:
         request.getfixturevalue("own_ray_dir")
@@ -182,11 +189,11 @@ def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(
     )
     try:
         started = json.loads(owner.stdout.readline())
-        head = started["head"]
-        sids = [started["sid"], head["sid"]] if own_head else [started["sid"]]
+        head, warm = started["head"], started["warm"]
+        sids = [started["sid"], head["sid"], warm["sid"]] if own_head else [started["sid"]]
         dirs = [started["dir"], head["dir"]] if own_head else [started["dir"]]
         ports = [*started["ports"], head["port"]] if own_head else started["ports"]
-        assert all(session_pids(sid) for sid in [started["sid"], head["sid"]])  # the stack's session, its head's
+        assert all(session_pids(sid) for sid in [started["sid"], head["sid"], warm["sid"]])  # stack, head, warm parent
         owner.send_signal(sig)
         # SIGINT: the owner tears down in-process, bounded by the stack's stop_timeout (10 s); 60 s is that with
         # margin for a busy machine (quiet: under 1 s; 30 s was once too little at load 25).
@@ -196,10 +203,11 @@ def test_owner_process_killed_by_signal_leaves_nothing_of_the_stack(
         # the run folder and the Ray head's files go too, even when the owner could not remove them (SIGKILL)
         wait_until(lambda: not any(Path(d).exists() for d in dirs), timeout=10)
         assert not any(port_accepts("127.0.0.1", port) for port in ports)
-        if not own_head:  # the shared head stays for its other holders, without the owner's lease
-            leases = Path(head["leases"])
-            wait_until(lambda: not any(p.name.startswith(f"{owner.pid}-") for p in leases.iterdir()), timeout=10)
+        if not own_head:  # the shared head and warm parent stay for their other holders, without the owner's leases
+            for leases in (Path(head["leases"]), Path(warm["leases"])):
+                wait_until(lambda: not any(p.name.startswith(f"{owner.pid}-") for p in leases.iterdir()), timeout=10)  # noqa: B023
             assert session_pids(head["sid"]) and port_accepts("127.0.0.1", head["port"])
+            assert session_pids(warm["sid"])
     finally:
         if owner.poll() is None:
             owner.kill()

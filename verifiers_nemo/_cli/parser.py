@@ -88,8 +88,9 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         "install what environments need before their first run (extra packages, the Gym runtime)",
         (
             "Do now what the first start of each ENV would do before its servers run: build the Gym runtime if there "
-            "is none and install the packages its servers need beyond nemo-gym (cached, shared by later runs). Run it"
-            " on every node before a Ray run, in an image, or in CI."
+            "is none, install the packages its servers need beyond nemo-gym, and list the modules the runtime's warm "
+            "start preloads (cached, shared by later runs). Run it on every node before a Ray run, in an image, or "
+            "in CI."
         ),
     ),
     "replay-server": (

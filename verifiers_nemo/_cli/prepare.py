@@ -1,14 +1,19 @@
 """``verifiers-nemo prepare ENV...``: do now what an environment's first start would do before its servers
-run — build the Gym runtime if there is none and install the packages its servers need beyond nemo-gym —
-so that a first run (on every node of a Ray cluster, in an image, in CI) starts at once."""
+run (build the Gym runtime if there is none, install the packages its servers need beyond nemo-gym, list the
+modules the runtime's warm parent imports: ``_stack/warm_parent.py``), so that a first run (on every node of a
+Ray cluster, in an image, in CI) starts at once."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 from .._exceptions import MissingRequirementsError, VerifiersNemoError
 from .console import EXIT_FAILED, EXIT_OK, fail, say
+
+if TYPE_CHECKING:
+    from .._gym import GymRuntime
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -35,4 +40,20 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             continue
         what = f"extra packages in {len(venvs)} server environment{'s' if len(venvs) != 1 else ''}"
         say(f"{env.name}: ready ({what if venvs else 'nothing to install'}; {time.monotonic() - started:.1f}s)")
+    _prepare_warm_start(runtime)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _prepare_warm_start(runtime: GymRuntime) -> None:
+    """List, once, the modules the runtime's warm parent imports (what a first warm start would do)."""
+    from .._stack.config import StackConfig
+    from .._stack.stack import warm_parent_env
+    from .._stack.warm_parent import WarmStartUnavailable, probe
+
+    started = time.monotonic()
+    try:
+        _, listed = probe(runtime, warm_parent_env(StackConfig("prepare", (), ""), runtime))
+    except WarmStartUnavailable as exc:
+        say(f"warm start: unavailable ({exc}); Gym processes will start the plain way")
+        return
+    say(f"warm start: {len(listed['modules'])} modules of Gym's imports listed ({time.monotonic() - started:.1f}s)")

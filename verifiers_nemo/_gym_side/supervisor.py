@@ -56,9 +56,11 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
-def _signal_session(sig: signal.Signals) -> None:
-    """Send ``sig`` to every other process of this session."""
+def _signal_session(sig: signal.Signals, spare: frozenset[int] = frozenset()) -> None:
+    """Send ``sig`` to every other process of this session but ``spare``."""
     for pid in _session_pids(os.getsid(0)):
+        if pid in spare:
+            continue
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -73,9 +75,12 @@ def _port_open(host: str, port: int) -> bool:
         return False
 
 
-def _teardown(spec: dict) -> None:
-    """SIGINT to the session, wait for its ports to close (at most ``grace_s``), SIGKILL what is left."""
-    _signal_session(signal.SIGINT)
+def _teardown(spec: dict, spare: frozenset[int] = frozenset()) -> None:
+    """SIGINT to the session, wait for its ports to close (at most ``grace_s``), SIGKILL what is left.
+
+    ``spare``: processes the SIGINT is not sent to (a warm supervisor's forked servers, which get it from their
+    launcher, as any signal: sent to both, they would get it twice); the SIGKILL reaches every process."""
+    _signal_session(signal.SIGINT, spare)
     deadline = time.monotonic() + float(spec.get("grace_s", 5.0))
     ports = [tuple(hp) for hp in spec.get("ports", [])]
     while time.monotonic() < deadline and any(_port_open(h, p) for h, p in ports):
@@ -190,7 +195,9 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
     with open(spec["log"], "ab", buffering=0) as log:
-        ng_run = subprocess.Popen(spec["argv"], cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        # title_room: blank room after the arguments, which a warm parent's forks write their own command lines into
+        argv = [*spec["argv"], *([" " * spec["title_room"]] if spec.get("title_room") else [])]
+        ng_run = subprocess.Popen(argv, cwd=spec["cwd"], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
         owner_said: list[bytes] = []
 

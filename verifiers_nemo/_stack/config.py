@@ -38,6 +38,10 @@ class StackConfig:
     """Join the machine's one Ray head for Gym stacks (see ``ray_head``: shared by every process through leases)
     instead of letting ng_run start a Ray cluster per stack. Ignored when ``overrides`` name a
     ``ray_head_node_address`` of their own."""
+    warm_start: bool | None = None
+    """Start the stack's Gym processes as forks of the machine's warm parent of the runtime (``warm_parent``: no
+    interpreter start-up, shared memory) instead of fresh interpreters. None: ``VERIFIERS_NEMO_WARM_START``
+    (on unless ``0``). Where it cannot serve, the stack starts the plain way and the log says why, once."""
     start_timeout: float = 300.0
     stop_timeout: float = 10.0
 

@@ -12,7 +12,6 @@ import logging
 import os
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -25,11 +24,20 @@ from .._gym import GymRuntime, ServerInstance, cache_dir
 from .._gym.env_vars import config_variable_names
 from .._signals import before_forced_exit
 from .config import HOST, StackConfig
+from .launchers import launcher_venv
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
 from .plan import POLICY_IMPLEMENTATION, address_config, child_env, ng_run_argv, policy_model_config, run_id
-from .procs import PortReservation, http_ok, remove_legacy_port_locks, reserve_ports, sweep_dead_owners
+from .procs import (
+    PortReservation,
+    http_ok,
+    remove_legacy_port_locks,
+    remove_path,
+    reserve_ports,
+    sweep_dead_owners,
+)
 from .ray_head import RayHead
-from .supervisor import GYM_SIDE, start_supervised
+from .supervisor import GYM_SIDE, Supervised, start_supervised
+from .warm_parent import WarmParent, WarmStartUnavailable, say_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +47,8 @@ class Launch:
     """One run of the stack's processes: its supervisor, folders and port table."""
 
     generation: int
-    supervisor: subprocess.Popen[bytes]
+    supervisor: Supervised
+    """Plain (``subprocess.Popen``) or forked by the warm parent (``WarmSupervisor``)."""
     run_dir: Path
     log_path: Path
     """ng_run's output (every server's too), in the launch's log folder ``log_path.parent``, which
@@ -51,6 +60,8 @@ class Launch:
     ready_seconds: float = 0.0
     ready: bool = False
     """Every server answered: until then no rollout is sent to it and no probe marks it dead."""
+    warm_refused: str | None = None
+    """Why the warm parent could not fork this launch's supervisor (it started the plain way), if it could not."""
     stopped: bool = False
 
     @property
@@ -86,26 +97,47 @@ def spawn(
     ray_head: RayHead | None,
     venvs: dict[str, Path | None],
     generation: int,
+    warm: WarmParent | None = None,
 ) -> Launch:
-    """Start generation ``generation`` of the stack's processes (not waiting for them to answer)."""
-    links = _link_venvs(runtime, instances, venvs)
+    """Start generation ``generation`` of the stack's processes (not waiting for them to answer): forked from
+    the warm parent ``warm`` when given (the servers on the runtime through its launcher venv), else plain.
+
+    A warm request that fails (said once) is followed by a plain launch of its own: other folders, other ports.
+    The warm parent may have forked a supervisor for the request before the failure (its answer lost): that one
+    sees its owner's pipe closed and removes its folders, which therefore must not be the plain launch's."""
     sweep_run_dirs(cache_dir() / "runs")
     sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
     remove_legacy_port_locks(cache_dir() / "ports")
-    name = run_id(config.name, os.getpid(), secrets.token_hex(4))
-    with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
-        return _new_launch(config, instances, runtime, ray_head, links, name, generation)
+    refused = None
+    if warm is not None:
+        links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime))
+        try:
+            with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
+                return _new_launch(config, instances, runtime, ray_head, links, generation, warm)
+        except WarmStartUnavailable as exc:
+            say_unavailable(str(exc))
+            refused = str(exc)
+    links = _link_venvs(runtime, instances, venvs, None)
+    with before_forced_exit():
+        launch = _new_launch(config, instances, runtime, ray_head, links, generation, None)
+    launch.warm_refused = refused
+    return launch
 
 
-def _link_venvs(runtime: GymRuntime, instances: Sequence[ServerInstance], venvs: dict[str, Path | None]) -> Path:
-    """Point each server's ``.venv`` at the runtime, or at its own venv in ``venvs`` (nemo-gym then
-    skips building one); not for servers whose venv is None there (isolated: nemo-gym builds it, in
-    a folder of its own so that no link of a non-isolated stack takes its place)."""
+def _link_venvs(
+    runtime: GymRuntime, instances: Sequence[ServerInstance], venvs: dict[str, Path | None], launcher: Path | None
+) -> Path:
+    """Point each server's ``.venv`` at the runtime (or, started warm, at its ``launcher`` venv), or at its own
+    venv in ``venvs`` (nemo-gym then skips building one); not for servers whose venv is None there (isolated:
+    nemo-gym builds it, in a folder of its own so that no link of a non-isolated stack takes its place)."""
     links = cache_dir() / "server-venvs" / hashlib.sha256(str(runtime.prefix).encode()).hexdigest()[:12]
     if None in venvs.values():
         links = links.with_name(links.name + "-isolated")
-    targets = {i.rel_dir: venvs.get(i.name, runtime.prefix) for i in instances}
-    targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = runtime.prefix
+    if launcher is not None:
+        links = links.with_name(links.name + "-warm")
+    on_runtime = launcher or runtime.prefix
+    targets = {i.rel_dir: venvs.get(i.name, on_runtime) for i in instances}
+    targets[Path("responses_api_models", POLICY_IMPLEMENTATION)] = on_runtime
     for rel, target in targets.items():
         link = links.joinpath(*rel.parts[-2:], ".venv")  # where nemo-gym looks: the server folder's last two names
         if target is None or (link.is_symlink() and link.resolve() == target.resolve()):
@@ -123,9 +155,12 @@ def _new_launch(
     runtime: GymRuntime,
     ray_head: RayHead | None,
     links: Path,
-    name: str,
     generation: int,
+    warm: WarmParent | None,
 ) -> Launch:
+    """A launch under a new name (``run_id``): its supervisor forked by ``warm`` when given (``WarmStartUnavailable``
+    when it cannot be, its folders and ports given up), else started plain."""
+    name = run_id(config.name, os.getpid(), secrets.token_hex(4))
     run_dir = cache_dir() / "runs" / name
     log_dir = logs_dir() / name
     (log_dir / SERVER_LOGS).mkdir(parents=True)
@@ -164,7 +199,16 @@ def _new_launch(
     own = config_variable_names(config.config_paths)  # the env's own variables reach its servers only
     env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=(*config.pass_env, *own)))
     env |= ray_head.env() if ray_head is not None else {}
-    supervisor = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
+    if warm is None:
+        supervisor: Supervised = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
+    else:
+        try:
+            supervisor = warm.supervise(spec, env, run_dir)
+        except WarmStartUnavailable:
+            reservation.release()
+            remove_path(run_dir)
+            remove_path(log_dir)
+            raise
     return Launch(
         generation=generation,
         supervisor=supervisor,

@@ -26,17 +26,14 @@ log folders, and each Gym server is a Ray driver with a namespace of its own.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import hashlib
-import json
 import logging
 import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,6 +41,7 @@ from .._exceptions import StackStartError
 from .._gym import GymRuntime
 from .._gym.runtime import site_packages
 from .config import HOST
+from .leases import give_up_lease, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
 from .procs import kill_session, port_state, remove_path, reserve_ports
 from .registry import Registry
@@ -114,7 +112,7 @@ class HeadState:
     def alive(self) -> bool:
         """Whether the head still runs: its supervisor is the same live process and its GCS listens (a connection
         that times out on a loaded machine is not taken for a dead head, which would be torn down)."""
-        return _start_time(self.pid) == self.started and port_state(HOST, self.gcs_port, timeout=2.0) != "refused"
+        return start_time(self.pid) == self.started and port_state(HOST, self.gcs_port, timeout=2.0) != "refused"
 
 
 class RayHead:
@@ -127,8 +125,8 @@ class RayHead:
         self.runtime = runtime
         self.folder = folder or _folder(runtime)
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with _locked(self.folder / "lock"):
-            self._lease: tuple[Path, int] | None = _take_lease(self.folder / "leases")
+        with locked(self.folder / "lock"):
+            self._lease: tuple[Path, int] | None = take_lease(self.folder / "leases")
             try:
                 state = _read_state(self.folder / "head.json")
                 if state is None or not state.alive():
@@ -174,7 +172,7 @@ class RayHead:
 
     @property
     def alive(self) -> bool:
-        return self._lease is not None and _start_time(self.pid) == self.state.started
+        return self._lease is not None and start_time(self.pid) == self.state.started
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -188,67 +186,39 @@ class RayHead:
         lease, self._lease = self._lease, None
         if lease is None:
             return
-        path, fd = lease
-        with contextlib.suppress(OSError):
-            path.unlink()
-        os.close(fd)
+        give_up_lease(lease)
 
 
-def _join_env(token: str) -> dict[str, str]:
+def join_env_without_token() -> dict[str, str]:
+    """What a process needs in its environment to join any of these heads, less the head's token (which Ray reads
+    only when a driver connects; its authentication mode it reads when it is imported)."""
     return {
         "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN": token,
         "RAY_USAGE_STATS_ENABLED": "0",
         # Ray's switch for single-machine clusters: with it off, every Ray process binds 127.0.0.1.
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     }
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as lock:
-        os.chmod(path, 0o600)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _take_lease(folder: Path) -> tuple[Path, int]:
-    """A lease file of this process, created and locked: its path and fd (close the fd to let go)."""
-    folder.mkdir(exist_ok=True, mode=0o700)
-    path = folder / f"{os.getpid()}-{secrets.token_hex(4)}"
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return path, fd
+def _join_env(token: str) -> dict[str, str]:
+    return {**join_env_without_token(), "RAY_AUTH_TOKEN": token}
 
 
 def _read_state(path: Path) -> HeadState | None:
+    state = read_state(path)
     try:
-        return HeadState(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        return HeadState(**state) if state is not None else None
+    except TypeError:
         return None
 
 
 def _write_state(path: Path, state: HeadState) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(asdict(state), f)
-    os.replace(tmp, path)
-
-
-def _start_time(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), None when gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return None if fields[0] == b"Z" else fields[19].decode()
+    write_state(path, asdict(state))
 
 
 def _remove_remains(state: HeadState) -> None:
     """What a head that died without its supervisor's clean-up left: its processes and its folder."""
-    if _start_time(state.pid) == state.started:
+    if start_time(state.pid) == state.started:
         kill_session(state.pid, timeout=5.0)
     remove_path(Path(state.temp_dir))
 
@@ -312,7 +282,7 @@ def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, 
         ports.release()
         remove_path(temp_dir)
         raise StackStartError(f"The Ray head for Gym stacks did not start: {exc}") from exc
-    started = _start_time(pid) or ""
+    started = start_time(pid) or ""
     state = HeadState(gcs_port, token, pid, started, str(temp_dir), str(log_path))
     try:
         _wait_ready(state, timeout)
@@ -337,7 +307,7 @@ def _wait_ready(state: HeadState, timeout: float) -> None:
             text = ""
         if READY_LINE in text:
             return
-        if _start_time(state.pid) != state.started:
+        if start_time(state.pid) != state.started:
             tail = "\n".join(text.splitlines()[-20:])
             raise StackStartError(f"The Ray head for Gym stacks exited while starting:\n{tail}\n(full log: {log})")
         if time.monotonic() > deadline:
@@ -380,3 +350,6 @@ def stop_all_ray_heads() -> None:
     """Give up every lease of this process (at exit, after the stacks)."""
     for head in _heads.clear():
         head.leave()
+
+
+_take_lease = take_lease  # its old name (tests hold leases with it)

@@ -31,10 +31,19 @@ from .logs import log_tail
 from .monitor import Monitor
 from .plan import child_env, joins_shared_ray, stack_servers
 from .procs import port_accepts, remove_path, rss_bytes, session_pids
-from .ray_head import RayHead, acquire_ray_head, release_ray_head, stop_all_ray_heads
+from .ray_head import RayHead, acquire_ray_head, join_env_without_token, release_ray_head, stop_all_ray_heads
 from .registry import Registry
 from .requirements import server_venvs
 from .supervisor import stop_supervised
+from .warm_parent import (
+    WarmParent,
+    WarmStartUnavailable,
+    acquire_warm_parent,
+    release_warm_parent,
+    say_unavailable,
+    stop_all_warm_parents,
+    warm_start_wanted,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +63,9 @@ class GymStack:
         self._deaths = Deaths()
         self._monitor: Monitor | None = None
         self._ray_head: RayHead | None = None
+        self._warm_parent: WarmParent | None = None
+        self._warm_refused: str | None = None
+        """Why the warm parent refused this stack (its own variables, say): later starts do not ask again."""
         self.runtime: GymRuntime | None = None
         self._instances = stack_servers(config)
         self._start_failure: tuple[float, StackStartError] | None = None
@@ -92,8 +104,11 @@ class GymStack:
         venvs = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
         self._generation += 1
         for attempt in range(1, _START_ATTEMPTS + 1):
+            warm = self._join_warm_parent(self.runtime, venvs)  # it prepares while the Ray head starts
             head = self._join_ray_head(self.runtime)
-            self.begin_generation(spawn(self.config, self._instances, self.runtime, head, venvs, self._generation))
+            launch = spawn(self.config, self._instances, self.runtime, head, venvs, self._generation, warm)
+            self._warm_refused = self._warm_refused or launch.warm_refused  # the same stack is refused again
+            self.begin_generation(launch)
             try:
                 wait_ready(self._launch, self.config.name, self.config.start_timeout)
                 break
@@ -110,6 +125,7 @@ class GymStack:
                 self._stop_locked(keep_logs=not retry)
                 if not retry:
                     self._leave_ray_head()
+                    self._leave_warm_parent()
                     raise
                 logger.warning(
                     "Gym stack %s: %s while starting; retrying",
@@ -119,6 +135,7 @@ class GymStack:
             except BaseException:
                 self._stop_locked(keep_logs=True)
                 self._leave_ray_head()
+                self._leave_warm_parent()
                 raise
         self._start_monitor(self._launch)
         _track(self)
@@ -132,6 +149,7 @@ class GymStack:
         with self._lock:
             self._stop_locked()
             self._leave_ray_head()
+            self._leave_warm_parent()
 
     def restart(self) -> StackInfo:
         with self._lock:
@@ -174,6 +192,11 @@ class GymStack:
         return self._ray_head
 
     @property
+    def warm_parent(self) -> WarmParent | None:
+        """The machine's warm parent this stack's processes are forked from, if any."""
+        return self._warm_parent
+
+    @property
     def running(self) -> bool:
         launch = self._launch
         return launch is not None and launch.ready and not launch.stopped and not self._deaths.is_over()
@@ -201,8 +224,9 @@ class GymStack:
     def info(self) -> StackInfo:
         launch = self._running_launch()
         pids = tuple(session_pids(launch.supervisor.pid))
-        if self._ray_head is not None:
-            pids += tuple(session_pids(self._ray_head.pid))
+        for shared in (self._ray_head, self._warm_parent):
+            if shared is not None:
+                pids += tuple(session_pids(shared.pid))
         return StackInfo(
             name=self.config.name,
             generation=launch.generation,
@@ -275,6 +299,36 @@ class GymStack:
             self._ray_head = acquire_ray_head(runtime, child_env(os.environ, runtime.bin_dir, own))
         return self._ray_head
 
+    def _join_warm_parent(self, runtime: GymRuntime, venvs: dict[str, Path | None]) -> WarmParent | None:
+        """The machine's warm parent this launch forks from (kept across restarts while it lives), or None for a
+        plain start: turned off (``StackConfig.warm_start``, ``VERIFIERS_NEMO_WARM_START=0``) or unavailable
+        (said once)."""
+        if not warm_start_wanted(self.config.warm_start) or self._warm_refused is not None:
+            return None
+        parent = self._warm_parent
+        if parent is not None and not parent.alive:
+            self._leave_warm_parent()
+        if self._warm_parent is None:
+            # The machine's, shared with other processes' stacks: none of this stack's own variables reach it
+            # (each stack's supervisor gets its own environment).
+            try:
+                self._warm_parent = acquire_warm_parent(runtime, warm_parent_env(self.config, runtime))
+            except WarmStartUnavailable as exc:
+                say_unavailable(str(exc))
+                return None
+        apart = sorted(name for name, venv in venvs.items() if venv is not None and venv != runtime.prefix)
+        if apart:
+            say_unavailable(
+                f"Gym servers {', '.join(apart)} run in environments derived from the runtime (their extra "
+                "requirements): they start the plain way"
+            )
+        return self._warm_parent
+
+    def _leave_warm_parent(self) -> None:
+        parent, self._warm_parent = self._warm_parent, None
+        if parent is not None:
+            release_warm_parent(parent)
+
     def _leave_ray_head(self) -> None:
         head, self._ray_head = self._ray_head, None
         if head is not None:
@@ -320,6 +374,16 @@ class GymStack:
             logger.warning("Gym stack %s died: %s (log: %s)", self.config.name, reason, launch.log_path)
 
 
+def warm_parent_env(config: StackConfig, runtime: GymRuntime) -> dict[str, str]:
+    """The environment of the warm parent a stack of ``config`` forks from: what its Gym processes get, less the
+    stack's own variables (each stack's supervisor gets its own environment) and the Ray head's token (read only
+    when a driver connects), with Ray's authentication mode, which Ray reads when it is imported."""
+    env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=()))
+    if joins_shared_ray(config):
+        env |= join_env_without_token()
+    return env
+
+
 # -- process-wide registry: one stack per (process, config), teardown at exit -----------------------
 
 _stacks: Registry[StackConfig, GymStack] = Registry()
@@ -350,6 +414,7 @@ def stop_all_stacks() -> None:
         except Exception:
             logger.exception("stopping Gym stack %s failed", stack.config.name)
     stop_all_ray_heads()
+    stop_all_warm_parents()
 
 
 def _track(stack: GymStack) -> None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import select
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,8 @@ def start_supervised(python: Path, spec: dict[str, Any], *, cwd: Path, env: dict
 
     ``spec``: ``argv``, ``cwd``, ``log`` (the launcher's output), ``grace_s`` (SIGINT to SIGKILL), ``ports``
     (``[host, port]`` pairs whose closing ends the grace early), ``remove`` (paths removed once the session is
-    down) and ``logs`` (removed too, unless the launch failed). With ``leases`` (``dir``, ``lock``, ``state``,
+    down), ``logs`` (removed too, unless the launch failed) and ``title_room`` (bytes of blank argument after
+    ``argv``: a warm parent's room for its forks' command lines). With ``leases`` (``dir``, ``lock``, ``state``,
     ``linger_s``, ``poll_s``) the launch is not this process's: use ``start_detached``."""
     return _popen(python, spec, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
 
@@ -59,9 +63,49 @@ def _popen(
     )
 
 
-def stop_supervised(
-    supervisor: subprocess.Popen[bytes], label: str, timeout: float, *, keep_logs: bool = False
-) -> None:
+class WarmSupervisor:
+    """A stack's supervisor forked by the machine's warm parent (``warm_parent.py``), not by this process: what
+    ``subprocess.Popen`` is for the plain one, as far as the stack uses it (``pid``, ``stdin``, ``poll``,
+    ``wait``, ``kill``). Held by a pidfd (never a reused pid). Its exit status is its parent's to read, not
+    ours: ``returncode`` is 0 once it has exited."""
+
+    def __init__(self, pid: int, pidfd: int, stdin: int) -> None:
+        self.pid = pid
+        self._pidfd: int | None = pidfd
+        self.stdin = open(stdin, "wb", buffering=0)  # noqa: SIM115 - the pipe it reads: closed to stop it
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and (self._pidfd is None or select.select([self._pidfd], [], [], 0)[0]):
+            self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        exited = self.returncode is not None or self._pidfd is None
+        if not exited and not select.select([self._pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout or 0.0)
+        self.returncode = 0
+        return 0
+
+    def kill(self) -> None:
+        if self._pidfd is not None and self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Let go of the pidfd and the pipe (idempotent)."""
+        pidfd, self._pidfd = self._pidfd, None
+        if pidfd is not None:
+            os.close(pidfd)
+        with contextlib.suppress(OSError):
+            self.stdin.close()
+
+
+Supervised = subprocess.Popen[bytes] | WarmSupervisor
+"""A stack's supervisor, started plain (``start_supervised``) or forked warm (``WarmParent.supervise``)."""
+
+
+def stop_supervised(supervisor: Supervised, label: str, timeout: float, *, keep_logs: bool = False) -> None:
     """Stop a process started by ``start_supervised`` and everything of its session.
 
     Tells it we stop it on purpose (one byte: ``k`` when its logs are to be kept for an error message, else
@@ -80,5 +124,7 @@ def stop_supervised(
     if supervisor.poll() is None:
         supervisor.kill()
         supervisor.wait(timeout=5)
+    if isinstance(supervisor, WarmSupervisor):
+        supervisor.close()
     if survivors:
         logger.error("%s: processes %s survived SIGKILL", label, survivors)
