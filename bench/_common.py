@@ -47,3 +47,20 @@ def write_json(path: Path | None, figures: Any) -> None:
     """Write ``figures`` to ``path`` (when given) as JSON."""
     if path is not None:
         path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def session_pids(*sids: int | None) -> list[int]:
+    """The live (not zombie) processes of these process sessions (``/proc/PID/stat``); None and 0 are ignored."""
+    wanted = {sid for sid in sids if sid}
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[3]) in wanted and fields[0] != b"Z":
+            pids.append(int(entry))
+    return pids

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import add_json_flag, write_json
+from _common import add_json_flag, session_pids, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -59,21 +59,6 @@ _HOLDER = textwrap.dedent(
     stack.stop()
     """
 )
-
-
-def _sessions(*sids: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[3]) in sids and fields[0] != b"Z":
-            pids.append(int(entry))
-    return pids
 
 
 def _memory(pids: list[int]) -> tuple[int, int]:
@@ -112,7 +97,7 @@ class Holder:
     def started_pids(self, head_is_own: bool) -> list[int]:
         """The processes this process started for its stack (and its head, when the head is its own)."""
         sids = [self.info["stack_sid"], *([self.info["head_sid"]] if head_is_own else [])]
-        return _sessions(*sids)
+        return session_pids(*sids)
 
     def close(self) -> None:
         if self.proc.stdin:
@@ -134,7 +119,7 @@ def measure(tree: Path, env: str, python: str | None, shared: bool) -> dict[str,
         added = second.started_pids(head_is_own=not shared)
         rss, pss = _memory(added)
         sids = {first.info[k] for k in ("stack_sid", "head_sid")} | {second.info[k] for k in ("stack_sid", "head_sid")}
-        whole = _memory([first.proc.pid, second.proc.pid, *_sessions(*sids)])
+        whole = _memory([first.proc.pid, second.proc.pid, *session_pids(*sids)])
         return {
             "first_s": first.info["ready_s"],
             "later_s": second.info["ready_s"],

@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import add_json_flag, cpu_seconds, write_json
+from _common import add_json_flag, cpu_seconds, session_pids, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -75,22 +75,6 @@ _HOLDER = textwrap.dedent(
     stack.stop()
     """
 )
-
-
-def _sessions(*sids: int | None) -> list[int]:
-    wanted = {sid for sid in sids if sid}
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if int(fields[3]) in wanted and fields[0] != b"Z":
-            pids.append(int(entry))
-    return pids
 
 
 def _pss(pids: list[int]) -> float:
@@ -156,12 +140,12 @@ def measure_stacks(env: str, python: str | None, warm: bool) -> dict[str, float]
         if first.info["forked"] != warm:
             raise RuntimeError(f"asked {'warm' if warm else 'plain'}, the stack started otherwise")
         shared = [first.info["head_sid"], first.info["warm_sid"]]
-        first_pids = _sessions(first.info["stack_sid"], *shared)
+        first_pids = session_pids(first.info["stack_sid"], *shared)
         first_cpu = cpu_seconds(*first_pids) + first.info["own_cpu_s"]
         before = _pss([first.proc.pid, *first_pids])
         second = Holder(env, python, warm, heads_dir)
-        added = _sessions(second.info["stack_sid"])
-        after = _pss([first.proc.pid, *_sessions(first.info["stack_sid"], second.info["stack_sid"], *shared)])
+        added = session_pids(second.info["stack_sid"])
+        after = _pss([first.proc.pid, *session_pids(first.info["stack_sid"], second.info["stack_sid"], *shared)])
         launchers = _launchers(added)
         return {
             "first_s": first.info["ready_s"],

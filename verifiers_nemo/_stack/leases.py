@@ -72,3 +72,16 @@ def start_time(pid: int) -> str | None:
         return None
     fields = stat[stat.rfind(b")") + 2 :].split()
     return None if fields[0] == b"Z" else fields[19].decode()
+
+
+def lease_spec(folder: Path, state: str, poll_s: float) -> dict[str, Any]:
+    """The ``leases`` part of a shared helper's supervisor spec (``_gym_side/supervisor.py``): its holders' leases
+    in ``folder/leases``, the start lock ``folder/lock``, its state file ``folder/state``; it stops as soon as the
+    last holder is gone (checked every ``poll_s``)."""
+    return {
+        "dir": str(folder / "leases"),
+        "lock": str(folder / "lock"),
+        "state": str(folder / state),
+        "linger_s": 0.0,
+        "poll_s": poll_s,
+    }

@@ -41,7 +41,7 @@ from .._exceptions import StackStartError
 from .._gym import GymRuntime
 from .._gym.runtime import site_packages
 from .config import HOST
-from .leases import give_up_lease, locked, read_state, start_time, take_lease, write_state
+from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
 from .procs import kill_session, port_state, remove_path, reserve_ports
 from .registry import Registry
@@ -268,13 +268,7 @@ def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, 
         "ports": [[HOST, gcs_port]],
         "remove": [str(temp_dir)],
         "logs": [str(log_path)],
-        "leases": {
-            "dir": str(folder / "leases"),
-            "lock": str(folder / "lock"),
-            "state": str(folder / "head.json"),
-            "linger_s": 0.0,
-            "poll_s": _POLL_S,
-        },
+        "leases": lease_spec(folder, "head.json", _POLL_S),
     }
     try:
         pid = start_detached(runtime.python, spec, cwd=temp_dir, env={**env, **_join_env(token), **_LEAN_HEAD_ENV})

@@ -51,7 +51,7 @@ from .._gym_side.warm_child import (
     rlimits,
     signal_state,
 )
-from .leases import give_up_lease, locked, read_state, start_time, take_lease, write_state
+from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
 from .procs import kill_session, remove_path
 from .ray_head import ray_dir
@@ -296,13 +296,7 @@ def _start(runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: P
         "ports": [],
         "remove": [str(sock)],
         "logs": [str(log_path)],
-        "leases": {
-            "dir": str(folder / "leases"),
-            "lock": str(folder / "lock"),
-            "state": str(folder / "state.json"),
-            "linger_s": 0.0,
-            "poll_s": _POLL_S,
-        },
+        "leases": lease_spec(folder, "state.json", _POLL_S),
     }
     jemalloc = ",".join(filter(None, [env.get(_JEMALLOC_CONF), "background_thread:false"]))
     try:
