@@ -12,6 +12,7 @@ from ._endpoint import Endpoint
 from ._harness import NeMoGymHarness
 from ._result import RolloutResult
 from ._tasks import NeMoGymTaskset, Task
+from ._tasks.source import check_count
 
 EndpointChoice = Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint]
 
@@ -88,6 +89,7 @@ def load_environment(
     ``isolated_venvs``...); the tasks are read from the packaged data of that same Gym runtime. The stack starts
     on first use, not here.
     """
+    check_count(rollouts_per_example, "rollouts_per_example")  # named as the caller wrote it
     taskset = NeMoGymTaskset(
         nemo_env,
         dataset=dataset,

@@ -666,3 +666,11 @@ def test_root_and_a_gym_runtime_together_are_refused(other_release: tuple[str, P
     python, _ = other_release
     with pytest.raises(ConfigurationError, match="not both"):
         NeMoGymTaskset(ENV_OF_TWO_RELEASES, root=GYM_ROOT, gym_python=python)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_load_environment_names_its_own_argument_when_rollouts_per_example_is_bad(bad: object) -> None:
+    from verifiers_nemo import load_environment
+
+    with pytest.raises(ConfigurationError, match=r"^rollouts_per_example must be a positive integer, not "):
+        load_environment(ENV_OF_TWO_RELEASES, rollouts_per_example=bad)  # type: ignore[arg-type]

@@ -30,8 +30,13 @@ def check_arguments(
         raise ConfigurationError(f"on_error must be 'raise' or 'skip', not {on_error!r}.")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigurationError(f"limit must be a positive integer or None, not {limit!r}.")
-    if isinstance(rollouts_per_task, bool) or not isinstance(rollouts_per_task, int) or rollouts_per_task < 1:
-        raise ConfigurationError(f"rollouts_per_task must be a positive integer, not {rollouts_per_task!r}.")
+    check_count(rollouts_per_task, "rollouts_per_task")
+
+
+def check_count(value: object, name: str) -> None:
+    """ConfigurationError naming ``name`` (the caller's own argument) unless ``value`` is a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive integer, not {value!r}.")
 
 
 def resolve_gym_root(root: str | Path | None, gym_python: str | Path | None, gym_version: str | None) -> Path | None:
