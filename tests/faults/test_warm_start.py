@@ -500,7 +500,8 @@ def test_a_stack_whose_warm_request_failed_after_a_supervisor_was_forked_for_it_
         supervisor.stdin.close()  # as the owner does on a failed request: the forked supervisor stops
         supervisor.wait(timeout=60)
         supervisor.close()
-        raise WarmStartUnavailable(f"the warm parent (pid {self.pid}) did not answer: [Errno 32] Broken pipe")
+        said = f"the warm parent (pid {self.pid}) did not answer: [Errno 32] Broken pipe"
+        raise WarmStartUnavailable(said, transient=True)
 
     monkeypatch.setattr(WarmParent, "supervise", answer_lost)
     config = StackConfig(
@@ -518,3 +519,38 @@ def test_a_stack_whose_warm_request_failed_after_a_supervisor_was_forked_for_it_
         stack.stop()
     said = [r.getMessage() for r in caplog.records if "start the plain way" in r.getMessage()]
     assert len(said) == 1 and "Broken pipe" in said[0], said
+
+
+def test_a_warm_parent_that_did_not_answer_is_asked_again_at_the_stacks_restart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not answering is not refusing: a stack whose warm request got no answer starts the plain way, and its
+    restart is forked warm again (a refusal of the stack itself holds for its restarts)."""
+    from tests.e2e.conftest import env_config
+    from tests.e2e.test_stack import _get
+    from verifiers_nemo._gym.runtime import gym_root
+    from verifiers_nemo._stack import GymStack
+
+    real_supervise = WarmParent.supervise
+    asked: list[str] = []
+
+    def silent_once(self: WarmParent, spec: dict[str, Any], env: Any, cwd: Path) -> WarmSupervisor:
+        asked.append("failed" if not asked else "served")
+        if asked[-1] == "failed":
+            raise WarmStartUnavailable(f"the warm parent (pid {self.pid}) did not answer: timed out", transient=True)
+        return real_supervise(self, spec, env, cwd)
+
+    monkeypatch.setattr(WarmParent, "supervise", silent_once)
+    config = StackConfig(
+        "example_single_tool_call", (env_config(gym_root(), "example_single_tool_call"),), "http://127.0.0.1:9"
+    )
+    stack = GymStack(config)
+    try:
+        stack.start()
+        assert not isinstance(stack.launch.supervisor, WarmSupervisor) and stack.launch.warm_retry
+        info = stack.restart()
+        assert asked == ["failed", "served"]
+        assert isinstance(stack.launch.supervisor, WarmSupervisor) and stack.launch.warm_refused is None
+        assert _get(info.server_urls["example_single_tool_call"] + "/") == 200
+    finally:
+        stack.stop()

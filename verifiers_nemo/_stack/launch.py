@@ -62,6 +62,8 @@ class Launch:
     """Every server answered: until then no rollout is sent to it and no probe marks it dead."""
     warm_refused: str | None = None
     """Why the warm parent could not fork this launch's supervisor (it started the plain way), if it could not."""
+    warm_retry: bool = False
+    """That failure was the warm parent not answering (not a refusal of this stack): a restart asks again."""
     stopped: bool = False
 
     @property
@@ -108,7 +110,7 @@ def spawn(
     sweep_run_dirs(cache_dir() / "runs")
     sweep_dead_owners(logs_dir(), keep_newest=KEEP_FAILED_LOGS)
     remove_legacy_port_locks(cache_dir() / "ports")
-    refused = None
+    refused, retry = None, False
     if warm is not None:
         links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime))
         try:
@@ -116,11 +118,11 @@ def spawn(
                 return _new_launch(config, instances, runtime, ray_head, links, generation, warm)
         except WarmStartUnavailable as exc:
             say_unavailable(str(exc))
-            refused = str(exc)
+            refused, retry = str(exc), exc.transient
     links = _link_venvs(runtime, instances, venvs, None)
     with before_forced_exit():
         launch = _new_launch(config, instances, runtime, ray_head, links, generation, None)
-    launch.warm_refused = refused
+    launch.warm_refused, launch.warm_retry = refused, retry
     return launch
 
 

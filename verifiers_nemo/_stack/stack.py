@@ -107,7 +107,10 @@ class GymStack:
             warm = self._join_warm_parent(self.runtime, venvs)  # it prepares while the Ray head starts
             head = self._join_ray_head(self.runtime)
             launch = spawn(self.config, self._instances, self.runtime, head, venvs, self._generation, warm)
-            self._warm_refused = self._warm_refused or launch.warm_refused  # the same stack is refused again
+            if launch.warm_retry:  # the warm parent did not answer: the next start asks one that does
+                self._leave_warm_parent()
+            else:  # a refusal of this stack holds for its restarts
+                self._warm_refused = self._warm_refused or launch.warm_refused
             self.begin_generation(launch)
             try:
                 wait_ready(self._launch, self.config.name, self.config.start_timeout)

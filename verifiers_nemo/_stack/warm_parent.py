@@ -70,11 +70,13 @@ _PROBE_TIMEOUT_S = 300.0
 
 class WarmStartUnavailable(Exception):
     """The warm start cannot serve this stack: why (the stack starts the plain way). ``broken``: the warm parent
-    itself cannot serve anyone (it could not prepare), not merely this stack."""
+    itself cannot serve anyone (it could not prepare), not merely this stack. ``transient``: it did not answer
+    (stopping, or killed): the stack's next start asks again, a warm parent that lives."""
 
-    def __init__(self, reason: str, broken: bool = False) -> None:
+    def __init__(self, reason: str, broken: bool = False, transient: bool = False) -> None:
         super().__init__(reason)
         self.broken = broken
+        self.transient = transient
 
 
 def warm_start_wanted(asked: bool | None) -> bool:
@@ -199,7 +201,8 @@ class WarmParent:
             reply, fds = channel.recv()
         except (OSError, EOFError, ValueError) as exc:
             os.close(write_end)
-            raise WarmStartUnavailable(f"the warm parent (pid {self.pid}) did not answer: {exc}") from exc
+            said = f"the warm parent (pid {self.pid}) did not answer: {exc}"
+            raise WarmStartUnavailable(said, transient=True) from exc
         finally:
             os.close(read_end)
             channel.close()
