@@ -64,3 +64,13 @@ def session_pids(*sids: int | None) -> list[int]:
         if int(fields[3]) in wanted and fields[0] != b"Z":
             pids.append(int(entry))
     return pids
+
+
+def gym_runtimes(releases: str) -> dict[str, str | None]:
+    """The Gym runtimes a benchmark compares, of those named (``"0.4,0.7"``): 0.4 is this interpreter's venv
+    (``None``), 0.7 the test-only ``.venv-gym07`` when it was built (3.13.0 told the 3.13.14 floor)."""
+    runtimes: dict[str, str | None] = {"0.4": None}
+    gym07 = Path(__file__).resolve().parents[1] / ".venv-gym07" / "bin" / "python"
+    if gym07.exists():
+        runtimes["0.7"] = str(gym07)
+    return {release: python for release, python in runtimes.items() if release in releases.split(",")}

@@ -46,7 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import add_json_flag, cpu_seconds, session_pids, write_json
+from _common import add_json_flag, cpu_seconds, gym_runtimes, session_pids, write_json
 from bench_warm_start import TARGETS, Holder, _prime_probe, measure_mix, measure_stacks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,11 +294,7 @@ def main() -> None:
     parser.add_argument("--no-mix", action="store_true", help="skip the 8-environment mix (plain and warm)")
     add_json_flag(parser)
     args = parser.parse_args()
-    runtimes: dict[str, str | None] = {"0.4": None}
-    gym07 = ROOT / ".venv-gym07" / "bin" / "python"
-    if gym07.exists():
-        runtimes["0.7"] = str(gym07)
-    runtimes = {r: p for r, p in runtimes.items() if r in args.releases.split(",")}
+    runtimes = gym_runtimes(args.releases)
     load_before = os.getloadavg()[0]
     rows = {release: measure_release(args.env, python, not args.no_mix) for release, python in runtimes.items()}
     cpus = os.cpu_count() or 1

@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import add_json_flag, cpu_seconds, session_pids, write_json
+from _common import add_json_flag, cpu_seconds, gym_runtimes, session_pids, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -217,11 +217,7 @@ def main() -> None:
     add_json_flag(parser)
     args = parser.parse_args()
 
-    runtimes: dict[str, str | None] = {"0.4": None}
-    gym07 = ROOT / ".venv-gym07" / "bin" / "python"
-    if gym07.exists():
-        runtimes["0.7"] = str(gym07)
-    runtimes = {r: p for r, p in runtimes.items() if r in args.releases.split(",")}
+    runtimes = gym_runtimes(args.releases)
     load_before = os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
     for release, python in runtimes.items():
