@@ -55,6 +55,14 @@ def test_env_scored_by_a_judge_model_of_its_own_is_not_ready_without_a_judge_end
 
     assert not r["ready"] and r["not_ready_because"] == ["a judge endpoint"]
     assert r["ready_cell"] == "no: a judge endpoint"
+    assert r["needs_cell"] == "judge: genrm_model"  # the table names the judge --judge NAME=URL,MODEL takes
+
+
+def test_env_judged_by_the_policy_says_so_and_is_ready_without_a_judge_endpoint() -> None:
+    r = row("proof_judge")
+
+    assert r["judge_models"] == ["policy_model"] and r["needs"] == ["judge"]
+    assert (r["ready"], r["needs_cell"]) == (True, "judge: policy_model")
 
 
 def test_env_needing_a_service_lists_its_variables() -> None:

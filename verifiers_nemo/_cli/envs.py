@@ -42,7 +42,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
         ("AGENT", "agent", 22),
         ("DATASETS", "datasets", 28),
         ("EXTRA DEPS", "extra_deps", 28),
-        ("NEEDS", "needs", 15),
+        ("NEEDS", "needs_cell", 34),
         ("VARIABLES", "variable_names", 28),
         ("READY", "ready_cell", 24),
         ("RECORDED", "recorded", 8),
@@ -57,8 +57,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
         f"\nnemo-gym {version or '(version unknown)'} · "
         f"{len(rows)} shown of {total} environments, {ready} of them ready here ({PROG} envs --json for all "
         f"details); {runnable_count} need nothing beyond nemo-gym (--runnable).\n"
-        "* not shipped: nemo-gym downloads it. NEEDS: judge = scores with a model server; "
-        "external = a service, credential or download.\n"
+        "* not shipped: nemo-gym downloads it. NEEDS: judge: NAME = scores with that model server (--judge "
+        "NAME=URL,MODEL; policy_model: the policy grades itself); external = a service, credential or download.\n"
         "EXTRA DEPS are installed for you on the first start (cached after); READY says 'installs' until then. "
         "VARIABLES: ! = required and not set.\n"
         "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n"
@@ -130,6 +130,7 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "extra_deps": list(env.requirements),
         "extra_deps_state": requirements_state,
         "needs": needs,
+        "needs_cell": _needs_cell(needs, env.judge_models),
         "variables": [
             {"name": v.name, "default": v.default, "required": v.required, "set": v.is_set, "where": v.where}
             for v in variables
@@ -146,6 +147,13 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "judge_models": list(env.judge_models),
         "external_reasons": list(env.external_reasons),
     }
+
+
+def _needs_cell(needs: list[str], judges: Sequence[str]) -> str:
+    """The NEEDS column: ``judge: NAME, ...`` (the judge names ``--judge NAME=URL,MODEL`` takes; ``policy_model``
+    when the policy grades itself), ``external``."""
+    cells = [f"judge: {', '.join(dict.fromkeys(judges))}" if need == "judge" and judges else need for need in needs]
+    return "; ".join(cells) or "-"
 
 
 def _has_uv() -> bool:
