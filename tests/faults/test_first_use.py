@@ -308,6 +308,42 @@ async def test_resume_of_a_finished_run_shows_its_summary_without_checking_the_e
     await _nothing_left(run)
 
 
+async def test_resume_on_another_nemo_gym_release_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A run folder copied to a machine whose Gym runtime has another nemo-gym: its rows, agents and rewards are
+    the first release's, so the resume refuses, naming both releases and the fix."""
+    settings = EvalSettings(env=ENV, nemo_env=ENV, policy="replay", model="replay", num_examples=2)
+    saved = {"versions": {"nemo-gym": "0.3.0"}, "counts": {"expected": 2, "done": 1, "missing": 1}}
+    folder = _saved_run(tmp_path / "run", settings, [_record(0, 1.0, recorded_reward=1.0)], **saved)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    run = await _cli(tmp_path, "release", "-R", str(folder))
+
+    message = _one_clear_error(run, 2)
+    assert message.startswith(
+        f"{ERROR} -R {folder}: the run was started on nemo-gym 0.3.0, and the Gym runtime found here has nemo-gym "
+    )
+    assert "Point VERIFIERS_NEMO_GYM_PYTHON at a Gym runtime with nemo-gym 0.3.0" in message
+    assert "Starting the Gym stack" not in run.err
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    await _nothing_left(run)
+
+
+async def test_resume_whose_data_gives_other_rows_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """The run expected 3 rollouts; its data (2 examples x 1) now gives 2: other rows, e.g. a relative jsonl_path
+    resolved from another folder. The resume refuses rather than mix the two."""
+    settings = EvalSettings(env=ENV, nemo_env=ENV, policy="replay", model="replay", num_examples=2)
+    saved = {"counts": {"expected": 3, "done": 1, "missing": 2}}
+    folder = _saved_run(tmp_path / "run", settings, [_record(0, 1.0, recorded_reward=1.0)], **saved)
+
+    run = await _cli(tmp_path, "rows", "-R", str(folder))
+
+    message = _one_clear_error(run, 2)
+    assert message.startswith(f"{ERROR} -R {folder}: the run expected 3 rollouts and its data now gives 2, ")
+    assert "resume from the folder the run was started in" in message
+    assert "Starting the Gym stack" not in run.err
+    await _nothing_left(run)
+
+
 # -- row 8: run_sync where an event loop already runs (a Jupyter cell) --------------------------------
 
 

@@ -88,6 +88,8 @@ def _run_eval(
         PreflightError,
         RunTally,
         base_urls,
+        check_same_release,
+        check_same_rows,
         preflight,
         read_resume_state,
         resolve_api_key,
@@ -114,9 +116,11 @@ def _run_eval(
             source = evaluation.env.taskset.path.name if evaluation.env is not None else "the dataset"
             say(f"note: -n {settings.num_examples}, but {source} has {plural(examples, 'example')}; running all.")
         if folder is not None:  # resume: what is done already (read only, so a finished run needs no write)
+            check_same_rows(metadata, len(expected), folder.path)
             state = read_resume_state(folder.results_path, expected, tally.add)
             if not state.truncated and state.done.complete:
                 return _show_finished(settings, folder, metadata, tally, len(expected))
+            check_same_release(metadata, settings, folder.path)  # before anything runs: rollouts of one release
             if settings.policy == "endpoint":
                 assert settings.base_url is not None
                 key = resolve_api_key(settings.api_key_var)

@@ -7,7 +7,7 @@ and ``token_ids``, whether recorded token IDs are contiguous) → ``metadata`` (
 ``report`` (the printed summary). The console belongs to the CLI.
 """
 
-from .metadata import run_metadata, slim_record
+from .metadata import check_same_release, check_same_rows, run_metadata, slim_record
 from .preflight import PreflightError, base_urls, check_base_url, preflight, resolve_api_key
 from .report import fmt, format_summary, plural
 from .results import (
@@ -50,6 +50,8 @@ __all__ = [
     "resolve_api_key",
     "resolve_nemo_env",
     "run_metadata",
+    "check_same_release",
+    "check_same_rows",
     "slim_record",
     "summarize",
 ]

@@ -69,7 +69,7 @@ def run_metadata(
         "status": base.get("status"),
         "created_at": base.get("created_at") or now,
         "updated_at": now,
-        "versions": base.get("versions") or versions((settings.env_args or {}).get("gym_python"), settings.client_type),
+        "versions": base.get("versions") or run_versions(settings),
         "settings": settings.to_dict(),
         "counts": {"expected": expected, "done": tally.count, "missing": max(0, expected - tally.count)},
         "sessions": sessions,
@@ -89,9 +89,53 @@ def _judges_over(sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return total
 
 
-def versions(gym_python: str | None = None, client_type: str = "eval") -> dict[str, str | None]:
-    """This package's version and the Gym runtime's nemo-gym (wherever that runtime lives); under the training
-    client also verifiers' and renderers'."""
+def run_versions(settings: EvalSettings) -> dict[str, str | None]:
+    """``versions()`` of the Gym runtime the run's settings name (``-a gym_python`` / ``gym_version``, else the
+    environment's ``VERIFIERS_NEMO_GYM_PYTHON`` / ``VERIFIERS_NEMO_GYM_VERSION``)."""
+    env_args = settings.env_args or {}
+    return versions(env_args.get("gym_python"), settings.client_type, env_args.get("gym_version"))
+
+
+def check_same_release(metadata: Mapping[str, Any], settings: EvalSettings, where: object) -> None:
+    """Refuse (``ConfigurationError``) to resume the run saved in ``metadata`` (its folder: ``where``) on another
+    nemo-gym release than it was started on: its environments, rows, agents and ``/verify`` are that release's.
+    Metadata without ``versions`` (or a runtime not found yet) is not checked."""
+    from .._exceptions import ConfigurationError
+
+    saved = (metadata.get("versions") or {}).get("nemo-gym")
+    here = run_versions(settings).get("nemo-gym") if saved else None
+    if saved and here and here != saved:
+        raise ConfigurationError(
+            f"-R {where}: the run was started on nemo-gym {saved}, and the Gym runtime found here has nemo-gym "
+            f"{here}; a resumed run keeps its nemo-gym release (its environments, rows and rewards are that "
+            f"release's). Point VERIFIERS_NEMO_GYM_PYTHON at a Gym runtime with nemo-gym {saved} (or, where the "
+            "run named one with -a gym_python, put that runtime at that path), or start a new run."
+        )
+
+
+def check_same_rows(metadata: Mapping[str, Any], expected: int, where: object) -> None:
+    """Refuse (``ConfigurationError``) to resume the run saved in ``metadata`` when its data now gives another
+    number of rollouts than it expected: the rows are not the ones it started with (another release's packaged
+    data, a relative ``-a jsonl_path`` read from another folder, an edited file). Metadata without ``counts`` is
+    not checked."""
+    from .._exceptions import ConfigurationError
+
+    counts = metadata.get("counts")
+    before = counts.get("expected") if isinstance(counts, Mapping) else None
+    if isinstance(before, int) and before != expected:
+        raise ConfigurationError(
+            f"-R {where}: the run expected {before} rollouts and its data now gives {expected}, so the rows it "
+            "reads are not the ones it started with (another nemo-gym's packaged data, or a relative -a jsonl_path "
+            "read from another folder: resume from the folder the run was started in). Start a new run for other "
+            "data."
+        )
+
+
+def versions(
+    gym_python: str | None = None, client_type: str = "eval", gym_version: str | None = None
+) -> dict[str, str | None]:
+    """This package's version and the Gym runtime's nemo-gym (wherever that runtime lives: ``gym_python``, else
+    the managed one of ``gym_version``'s series); under the training client also verifiers' and renderers'."""
     from importlib.metadata import PackageNotFoundError, version
 
     from .._exceptions import GymRuntimeError
@@ -102,7 +146,7 @@ def versions(gym_python: str | None = None, client_type: str = "eval") -> dict[s
     except PackageNotFoundError:
         ours = None
     try:
-        gym: str | None = find_gym_runtime(gym_python, build=False).nemo_gym_version
+        gym: str | None = find_gym_runtime(gym_python, build=False, gym_version=gym_version).nemo_gym_version
     except GymRuntimeError:
         gym = None
     found: dict[str, str | None] = {"verifiers-nemo": ours, "nemo-gym": gym}
