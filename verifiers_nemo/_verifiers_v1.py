@@ -70,12 +70,16 @@ class GymTasksetConfig(vf.TasksetConfig):
     limit: int | None = Field(None, ge=1)
     """Read at most this many rows (verifiers' ``-n`` also bounds the run)."""
     shuffle: bool = False
+    """Shuffle the rows (with ``seed``); with ``limit``, a uniform sample of that many."""
     seed: int = 0
+    """The shuffle's seed."""
     gym_python: str | None = None
-    """The interpreter with nemo-gym (default: this one if it has nemo-gym, else
-    ``VERIFIERS_NEMO_GYM_PYTHON``, else a managed venv built once with uv). Its release runs the rollouts, and
-    the packaged rows (recordings included) are that release's."""
+    """The interpreter with nemo-gym (default: ``VERIFIERS_NEMO_GYM_PYTHON``, else this one if it has nemo-gym,
+    else a managed venv built once with uv, of the series ``VERIFIERS_NEMO_GYM_VERSION`` names or the newest a
+    Python here can run). Its release runs the rollouts, and the packaged rows (recordings included) are that
+    release's."""
     task: GymTaskConfig = GymTaskConfig()
+    """verifiers' per-task keys (this package adds none)."""
 
     @model_validator(mode="after")
     def _check_environment(self) -> GymTasksetConfig:
@@ -263,9 +267,12 @@ class GymHarnessConfig(vf.HarnessConfig):
     judge_base_url: str | None = None
     """OpenAI-compatible base URL of the judge model, for environments that score with one."""
     judge_model: str | None = None
+    """The model the judge server serves (with ``judge_base_url``)."""
     judge_api_key_var: str | None = None
     """NAME of the environment variable holding the judge's API key (default ``OPENAI_API_KEY``)."""
     judge_api: Literal["responses", "chat"] = "responses"
+    """How the judge's calls reach its server: ``responses`` (passed through) or ``chat`` (converted to Chat
+    Completions: a vLLM judge)."""
     ray: str | None = None
     """Run the Gym stacks on Ray actors: ``local`` (a cluster started here) or a cluster's address. The
     actors call verifiers' interception server, so they must reach it (actors on this machine do)."""

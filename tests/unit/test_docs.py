@@ -2,6 +2,8 @@
 
 * the site builds with ``mkdocs build --strict`` (a broken link or anchor, a page missing from the nav, a warning of
   mkdocstrings fails), its CLI reference is the parser's own ``--help`` and its config tables hold every field;
+* the reference pages as committed (read on GitHub) are what docs/hooks.py generates from the parser and the config
+  classes;
 * every error message the code can raise is quoted on the Troubleshooting page;
 * every vLLM tool or reasoning parser the Evaluate guide names is one vLLM registers (the suite's vLLM's source);
 * every TOML and JSON block is what the test its mark names runs, and the README's links resolve.
@@ -75,6 +77,33 @@ def test_the_config_reference_lists_every_field_of_our_verifiers_configs(site: P
     shown = _text(site / "reference" / "config" / "index.html")
     for option in verifiers_options():
         assert option in shown, f"the config reference lacks {option}"
+
+
+def _hooks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_reference_pages_are_what_the_parser_and_the_config_classes_give() -> None:
+    """reference/cli.md and reference/config.md are committed with their generated parts, so they read in the
+    repository; a flag, a help text or a config field changed without `python docs/hooks.py` fails here.
+    (Generated with the suite's Python: argparse's layout differs a little between Python releases.)"""
+    hooks = _hooks()
+    cli, config = (DOCS / name for name in hooks.REFERENCE_PAGES)
+    assert cli.read_text().count(hooks.CLI_END) == 1, "reference/cli.md has lost its generated part's markers"
+    assert config.read_text().count(hooks.CONFIG_END) == 2, "reference/config.md has lost a config table's markers"
+    for page in (cli, config):
+        text = page.read_text()
+        assert hooks.regenerate(text) == text, (
+            f"{page.relative_to(ROOT)} is not what the code gives: run `.venv/bin/python docs/hooks.py` and commit it"
+        )
+        stale = text.replace("\n| `", "\n| `stale", 1) if page == config else text.replace(" --env-args ", " --old ", 1)
+        assert stale != text and hooks.regenerate(stale) == text  # a drifted page is found, and written back
 
 
 # -- Troubleshooting quotes every message ---------------------------------------------------------------

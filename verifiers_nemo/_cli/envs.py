@@ -42,7 +42,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
         ("AGENT", "agent", 22),
         ("DATASETS", "datasets", 28),
         ("EXTRA DEPS", "extra_deps", 28),
-        ("NEEDS", "needs_cell", 34),
+        ("NEEDS", "needs_cell", 40),
         ("VARIABLES", "variable_names", 28),
         ("READY", "ready_cell", 24),
         ("RECORDED", "recorded", 8),
