@@ -259,6 +259,21 @@ def test_the_row_format_example_is_a_row_the_taskset_accepts(tmp_path: Path) -> 
     assert task.row["initial_count"] == 1
 
 
+def test_the_resume_guide_s_clean_up_keeps_the_good_lines_and_survives_a_line_cut_off(tmp_path: Path) -> None:
+    """The Evaluate guide's clean-up (keep the rollouts that did not fail) on a results.jsonl whose run was killed
+    while writing its last line: the good line stays, the errored one and the cut-off one go, and it exits 0."""
+    guide = DOCS / "guides" / "evaluate.md"
+    (block,) = [b.code for b in extract_from_file(guide) if b.syntax == "bash" and "results.jsonl <<'EOF'" in b.code]
+    script = block.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
+    good = json.dumps({"task_index": 0, "rollout_index": 0, "reward": 1.0, "error": None}) + "\n"
+    failed = json.dumps({"task_index": 1, "rollout_index": 0, "error": {"type": "timeout", "message": "m"}}) + "\n"
+    results = tmp_path / "results.jsonl"
+    results.write_text(good + failed + '{"task_index": 2, "rollout_in')
+    proc = subprocess.run([sys.executable, "-", str(results)], input=script, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert results.read_text() == good
+
+
 def _slug(heading: str) -> str:
     """Python-Markdown's toc anchor of a heading (mkdocs' default)."""
     text = re.sub(r"`([^`]*)`", r"\1", heading)
