@@ -6,8 +6,12 @@ from .catalogue import (
     GymEnvironment,
     classify_config,
     find_agent,
+    canonical_reference,
+    env_label,
     get_environment,
+    is_path_reference,
     list_environments,
+    locate_environment,
 )
 from .config import (
     POLICY_MODEL,
@@ -20,9 +24,17 @@ from .config import (
     server_instances,
 )
 from .runtime import GymRuntime, cache_dir, find_gym_runtime, gym_root
+from .tree import GYM_ROOT_VAR, GymTree, tree_of_configs
 
 __all__ = [
     "EXAMPLE_ROLLOUTS",
+    "GYM_ROOT_VAR",
+    "GymTree",
+    "canonical_reference",
+    "env_label",
+    "is_path_reference",
+    "locate_environment",
+    "tree_of_configs",
     "POLICY_MODEL",
     "RESOURCES_SERVERS",
     "RESPONSES_API_AGENTS",

@@ -285,7 +285,13 @@ class GymStack:
     def _check_requirements(self, runtime: GymRuntime) -> dict[str, Path | None]:
         """The venv of each server whose requirements the runtime lacks: an environment derived from the
         runtime (installed now the first time), or None for a venv nemo-gym builds (isolated venvs)."""
-        return server_venvs(self.config.name, self._instances, runtime, isolated_venvs=self.config.isolated_venvs)
+        return server_venvs(
+            self.config.name,
+            self._instances,
+            runtime,
+            isolated_venvs=self.config.isolated_venvs,
+            server_dirs=dict(self.config.server_dirs),
+        )
 
     def _join_ray_head(self, runtime: GymRuntime) -> RayHead | None:
         """The machine's Ray head this launch joins (kept across restarts while it lives), or None to let
