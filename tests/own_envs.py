@@ -14,7 +14,7 @@ from typing import Any
 
 CITIES = ("Paris", "Lima", "Oslo", "Cairo", "Quito")
 
-WEATHER_APP = '''
+WEATHER_APP = """
 from fastapi import FastAPI
 from pydantic import BaseModel
 
@@ -77,7 +77,7 @@ WEATHER_WORD = "sunny"
 
 if __name__ == "__main__":
     CityWeatherServer.run_webserver()
-'''
+"""
 
 TOOL = {
     "type": "function",
@@ -148,7 +148,11 @@ def recorded_rollout(row: dict[str, Any], asked: str, word: str = "sunny") -> di
             "arguments": json.dumps({"city": asked}),
             "status": "completed",
         },
-        {"type": "function_call_output", "call_id": call_id, "output": json.dumps({"city": asked, "weather_description": f"{word} in {asked}"})},
+        {
+            "type": "function_call_output",
+            "call_id": call_id,
+            "output": json.dumps({"city": asked, "weather_description": f"{word} in {asked}"}),
+        },
         {
             "type": "message",
             "id": f"msg_{uuid.uuid4().hex[:12]}",

@@ -4,10 +4,10 @@
 from .catalogue import (
     EXAMPLE_ROLLOUTS,
     GymEnvironment,
-    classify_config,
-    find_agent,
     canonical_reference,
+    classify_config,
     env_label,
+    find_agent,
     get_environment,
     is_path_reference,
     list_environments,

@@ -556,9 +556,7 @@ def _local_catalogue(install: Path) -> list[GymEnvironment]:
     return [found[name] for name in sorted(found)]
 
 
-def _local_environment(
-    install: Path, directory: Path, config: Path | None, roots: tuple[Path, ...]
-) -> GymEnvironment:
+def _local_environment(install: Path, directory: Path, config: Path | None, roots: tuple[Path, ...]) -> GymEnvironment:
     """An environment of yours, read again whenever its configs, requirements or recordings change."""
     return _local_environment_cached(install, directory, config, roots, _folder_signature(directory))
 
