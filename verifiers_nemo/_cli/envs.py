@@ -15,7 +15,7 @@ from .console import EXIT_FAILED, EXIT_OK, PROG, fail
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from .._gym import gym_root, list_environments
+    from .._gym import get_environment, gym_root, is_path_reference, list_environments
     from .._gym.releases import installed_version
 
     try:
@@ -24,7 +24,9 @@ def cmd_envs(args: argparse.Namespace) -> int:
         version = installed_version(root)
         total = len(environments)
         runnable_count = sum(e.runs_offline_with_nemo_gym_only for e in environments)
-        if args.filter:
+        if args.filter and is_path_reference(args.filter):  # a folder of yours: that one, read as eval reads it
+            environments = [get_environment(args.filter, root)]
+        elif args.filter:
             environments = [e for e in environments if args.filter.lower() in e.name.lower()]
         if args.runnable:
             environments = [e for e in environments if e.runs_offline_with_nemo_gym_only]
@@ -46,6 +48,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
         ("VARIABLES", "variable_names", 28),
         ("READY", "ready_cell", 24),
         ("RECORDED", "recorded", 8),
+        ("FROM", "source", 60),
     ]
     table = [[_cell(row[key]) + _dagger(row, key) for _, key, _ in columns] for row in rows]
     widths = [min(cap, max([len(title), *(len(r[i]) for r in table)])) for i, (title, _, cap) in enumerate(columns)]
@@ -60,7 +63,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
         "* not shipped: nemo-gym downloads it. NEEDS: judge = scores with a model server; "
         "external = a service, credential or download.\n"
         "EXTRA DEPS are installed for you on the first start (cached after); READY says 'installs' until then. "
-        "VARIABLES: ! = required and not set.\n"
+        "VARIABLES: ! = required and not set. FROM: packaged, or the folder of an environment of yours "
+        "(--gym-root DIR, VERIFIERS_NEMO_GYM_ROOT, ./resources_servers/).\n"
         "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n"
         f"Run one: {PROG} eval NAME (replays its recorded rollouts; add -b URL -m MODEL for a model)"
     )
@@ -87,7 +91,9 @@ def _server_dirs(env: Any) -> list[Path]:
     config = env.default_config
     if config is None:
         return [env.directory]
-    return list(dict.fromkeys(env.root / s.kind / s.type for s in config.servers if s.kind != RESPONSES_API_MODELS))
+    tree = env.search
+    folders = (tree.server_dir(s.kind, s.type) for s in config.servers if s.kind != RESPONSES_API_MODELS)
+    return list(dict.fromkeys(folders))
 
 
 def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) -> dict[str, Any]:
@@ -125,6 +131,8 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         ready_cell = "no: " + ", ".join(blockers)
     return {
         "name": env.name,
+        "ref": env.ref,
+        "source": env.source,
         "agent": agent.type if agent else None,
         "datasets": _dataset_names(env.datasets),
         "extra_deps": list(env.requirements),
@@ -140,7 +148,7 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "cannot_start": env.broken,
         "ready_cell": ready_cell,
         "recorded": env.has_example_rollouts,
-        "replay_not_reproducible": unreproducible_reason(env.name, gym_version=gym_version),
+        "replay_not_reproducible": None if env.local else unreproducible_reason(env.name, gym_version=gym_version),
         "runnable": env.runs_offline_with_nemo_gym_only,
         "nemo_gym": gym_version,
         "judge_models": list(env.judge_models),
