@@ -27,7 +27,7 @@ from .._signals import at_exit
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
 from .launch import Launch, spawn, wait_ready
-from .logs import log_tail
+from .logs import last_server_error, log_tail
 from .monitor import Monitor
 from .plan import child_env, joins_shared_ray, stack_servers
 from .procs import port_accepts, remove_path, rss_bytes, session_pids
@@ -255,6 +255,14 @@ class GymStack:
     @property
     def log_path(self) -> Path | None:
         return self._launch.log_path if self._launch else None
+
+    def last_server_error(self) -> str | None:
+        """The newest exception a resources server (or any server but the agents) of the running launch logged, in
+        one line naming its file (see ``logs.last_server_error``); None when none did."""
+        launch = self._launch
+        if launch is None:
+            return None
+        return last_server_error(launch.log_path, skip=launch.agent_names)
 
     def probe_now(self, generation: int) -> bool:
         """Check every server of ``generation`` at once (not waiting for the monitor); mark it dead if one
