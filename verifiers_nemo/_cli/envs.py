@@ -54,7 +54,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
     widths = [min(cap, max([len(title), *(len(r[i]) for r in table)])) for i, (title, _, cap) in enumerate(columns)]
     print("  ".join(title.ljust(w) for (title, _, _), w in zip(columns, widths, strict=True)).rstrip())
     for r in table:
-        print("  ".join(_clip(cell, w).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+        cells = [_clip(cell, w, tail=key == "source") for cell, w, (_, key, _) in zip(r, widths, columns, strict=True)]
+        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
     ready = sum(row["ready"] for row in rows)
     print(
         f"\nnemo-gym {version or '(version unknown)'} · "
@@ -186,5 +187,8 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+def _clip(text: str, width: int, tail: bool = False) -> str:
+    """``text`` cut to ``width`` (a path keeps its end, where the environment's name is)."""
+    if len(text) <= width:
+        return text
+    return "…" + text[-max(width - 1, 0) :] if tail else text[: max(width - 1, 0)] + "…"
