@@ -477,7 +477,8 @@ def locate_environment(reference: str | Path) -> tuple[Path, Path | None]:
     if path.is_file():
         if path.suffix not in (".yaml", ".yml") or path.parent.name != "configs":
             raise ConfigurationError(
-                f"{path} is not an environment config. Fix: name the environment's folder, or a YAML under its configs/."
+                f"{path} is not an environment config. Fix: name the environment's folder, or a YAML under its "
+                "configs/."
             )
         return path.parent.parent, path
     if (path / "configs").is_dir():
