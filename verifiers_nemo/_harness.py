@@ -164,7 +164,8 @@ class NeMoGymHarness:
             from ._stack import check_requirements
 
             instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
-            check_requirements(self.env_name, instances, self.options.runtime())
+            server_dirs = dict(self.options.server_dirs(config_paths))
+            check_requirements(self.env_name, instances, self.options.runtime(), server_dirs=server_dirs)
         self._external_reported = True
         return external
 

@@ -15,7 +15,7 @@ from .console import EXIT_FAILED, EXIT_OK, PROG, fail
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from .._gym import gym_root, list_environments
+    from .._gym import get_environment, gym_root, is_path_reference, list_environments
     from .._gym.releases import installed_version
 
     try:
@@ -24,7 +24,9 @@ def cmd_envs(args: argparse.Namespace) -> int:
         version = installed_version(root)
         total = len(environments)
         runnable_count = sum(e.runs_offline_with_nemo_gym_only for e in environments)
-        if args.filter:
+        if args.filter and is_path_reference(args.filter):  # a folder of yours: that one, read as eval reads it
+            environments = [get_environment(args.filter, root)]
+        elif args.filter:
             environments = [e for e in environments if args.filter.lower() in e.name.lower()]
         if args.runnable:
             environments = [e for e in environments if e.runs_offline_with_nemo_gym_only]
@@ -46,12 +48,14 @@ def cmd_envs(args: argparse.Namespace) -> int:
         ("VARIABLES", "variable_names", 28),
         ("READY", "ready_cell", 24),
         ("RECORDED", "recorded", 8),
+        ("FROM", "source", 60),
     ]
     table = [[_cell(row[key]) + _dagger(row, key) for _, key, _ in columns] for row in rows]
     widths = [min(cap, max([len(title), *(len(r[i]) for r in table)])) for i, (title, _, cap) in enumerate(columns)]
     print("  ".join(title.ljust(w) for (title, _, _), w in zip(columns, widths, strict=True)).rstrip())
     for r in table:
-        print("  ".join(_clip(cell, w).ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+        cells = [_clip(cell, w, tail=key == "source") for cell, w, (_, key, _) in zip(r, widths, columns, strict=True)]
+        print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip())
     ready = sum(row["ready"] for row in rows)
     print(
         f"\nnemo-gym {version or '(version unknown)'} · "
@@ -60,7 +64,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
         "* not shipped: nemo-gym downloads it. NEEDS: judge: NAME = scores with that model server (--judge "
         "NAME=URL,MODEL; policy_model: the policy grades itself); external = a service, credential or download.\n"
         "EXTRA DEPS are installed for you on the first start (cached after); READY says 'installs' until then. "
-        "VARIABLES: ! = required and not set.\n"
+        "VARIABLES: ! = required and not set. FROM: packaged, or the folder of an environment of yours "
+        "(--gym-root DIR, VERIFIERS_NEMO_GYM_ROOT, ./resources_servers/).\n"
         "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n"
         f"Run one: {PROG} eval NAME (replays its recorded rollouts; add -b URL -m MODEL for a model)"
     )
@@ -87,7 +92,9 @@ def _server_dirs(env: Any) -> list[Path]:
     config = env.default_config
     if config is None:
         return [env.directory]
-    return list(dict.fromkeys(env.root / s.kind / s.type for s in config.servers if s.kind != RESPONSES_API_MODELS))
+    tree = env.search
+    folders = (tree.server_dir(s.kind, s.type) for s in config.servers if s.kind != RESPONSES_API_MODELS)
+    return list(dict.fromkeys(folders))
 
 
 def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) -> dict[str, Any]:
@@ -125,6 +132,8 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         ready_cell = "no: " + ", ".join(blockers)
     return {
         "name": env.name,
+        "ref": env.ref,
+        "source": env.source,
         "agent": agent.type if agent else None,
         "datasets": _dataset_names(env.datasets),
         "extra_deps": list(env.requirements),
@@ -141,7 +150,7 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "cannot_start": env.broken,
         "ready_cell": ready_cell,
         "recorded": env.has_example_rollouts,
-        "replay_not_reproducible": unreproducible_reason(env.name, gym_version=gym_version),
+        "replay_not_reproducible": None if env.local else unreproducible_reason(env.name, gym_version=gym_version),
         "runnable": env.runs_offline_with_nemo_gym_only,
         "nemo_gym": gym_version,
         "judge_models": list(env.judge_models),
@@ -186,5 +195,8 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+def _clip(text: str, width: int, tail: bool = False) -> str:
+    """``text`` cut to ``width`` (a path keeps its end, where the environment's name is)."""
+    if len(text) <= width:
+        return text
+    return "…" + text[-max(width - 1, 0) :] if tail else text[: max(width - 1, 0)] + "…"

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._eval import format_summary, plural, run_metadata
+from .._eval.metadata import changed_sources
 from .._exceptions import ConfigurationError, MissingRequirementsError, VerifiersNemoError
 from .._signals import CapturedSignals, capture_signals, end_now
 from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
@@ -68,7 +69,7 @@ def _check_environment(settings: EvalSettings) -> None:
                 f"{env.name} has no recorded rollouts to replay ({env.example_rollouts_path} is missing or "
                 "empty); evaluate a model with -b URL -m MODEL instead."
             )
-        reason = unreproducible_reason(env.name)
+        reason = None if env.local else unreproducible_reason(env.name)
         if settings.policy == "replay" and reason and not own_recordings:
             raise ConfigurationError(
                 f"{env.name}'s recorded rollouts cannot be replayed: {reason} (marked † in `{PROG} envs`). "
@@ -117,6 +118,7 @@ def _run_eval(
             say(f"note: -n {settings.num_examples}, but {source} has {plural(examples, 'example')}; running all.")
         if folder is not None:  # resume: what is done already (read only, so a finished run needs no write)
             check_same_rows(metadata, len(expected), folder.path)
+            notes += changed_sources(metadata.get("env_sources") or {}, settings.env_names)
             state = read_resume_state(folder.results_path, expected, tally.add)
             if not state.truncated and state.done.complete:
                 return _show_finished(settings, folder, metadata, tally, len(expected))

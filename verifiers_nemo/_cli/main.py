@@ -18,6 +18,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``verifiers-nemo`` console script."""
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose)
+    if getattr(args, "gym_root", None):
+        from .._gym import GYM_ROOT_VAR
+
+        given = [os.path.abspath(os.path.expanduser(d)) for d in args.gym_root]
+        os.environ[GYM_ROOT_VAR] = os.pathsep.join([*given, *filter(None, [os.environ.get(GYM_ROOT_VAR)])])
     try:
         return args.handler(args)
     except KeyboardInterrupt:

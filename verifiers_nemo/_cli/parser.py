@@ -164,6 +164,16 @@ def _command(
     return command
 
 
+def _gym_root_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--gym-root",
+        action="append",
+        metavar="DIR",
+        help="a folder of your own environments (one holding resources_servers/: a Gym clone, your project), "
+        "searched by name before the packaged ones; repeatable; sets VERIFIERS_NEMO_GYM_ROOT for what it starts",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run NVIDIA NeMo Gym environments: evaluate models, list environments.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -182,9 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
         "env",
         nargs="?",
         metavar="ENV",
-        help="a packaged Gym environment (see `verifiers-nemo envs`); several separated by commas, a mix run "
-        "together (ENV1,ENV2); or nemo-gym-env with -a '{\"nemo_env\": NAME}'; optional with -R",
+        help="a Gym environment: a packaged name (see `verifiers-nemo envs`), the path of a folder of your own "
+        "(./resources_servers/NAME) or of one of its config YAMLs, or a name under --gym-root; several separated by "
+        "commas, a mix run together (ENV1,ENV2); or nemo-gym-env with -a '{\"nemo_env\": NAME}'; optional with -R",
     )
+    _gym_root_option(ev)
     model = ev.add_argument_group("model endpoint")
     model.add_argument("-m", "--model", help="model to evaluate (default: the only model the server serves)")
     model.add_argument(
@@ -421,13 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--recorded", action="store_true", help="only environments with recorded rollouts (what the replay policy runs)"
     )
     en.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _gym_root_option(en)
 
     pr = _command(commands, "prepare", cmd_prepare)
-    pr.add_argument("envs", nargs="+", metavar="ENV", help="packaged Gym environments")
+    pr.add_argument("envs", nargs="+", metavar="ENV", help="Gym environments: packaged names, or paths of your own")
     pr.add_argument("--gym-python", metavar="PYTHON", help="the Gym runtime's interpreter (default: found or built)")
+    _gym_root_option(pr)
 
     rs = _command(commands, "replay-server", cmd_replay_server)
-    rs.add_argument("env", nargs="?", metavar="ENV", help="a packaged Gym environment with recorded rollouts")
+    rs.add_argument(
+        "env", nargs="?", metavar="ENV", help="a Gym environment with recorded rollouts (a packaged name or a path)"
+    )
     rs.add_argument(
         "--jsonl-path",
         metavar="FILE",
@@ -435,4 +451,5 @@ def build_parser() -> argparse.ArgumentParser:
         "agent_ref, which the packaged recordings do not)",
     )
     rs.add_argument("--port-file", metavar="FILE", help="also write the base URL to FILE")
+    _gym_root_option(rs)
     return parser

@@ -9,7 +9,7 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from .._exceptions import MissingRequirementsError, VerifiersNemoError
+from .._exceptions import ConfigurationError, MissingRequirementsError, VerifiersNemoError
 from .console import EXIT_FAILED, EXIT_OK, fail, say
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from .._gym import POLICY_MODEL, find_gym_runtime, get_environment, merged_configs, server_instances
+    from .._stack.own_servers import own_server_dirs
     from .._stack.requirements import server_venvs
 
     try:
@@ -33,7 +34,12 @@ def cmd_prepare(args: argparse.Namespace) -> int:
         started = time.monotonic()
         instances = [i for i in server_instances(merged_configs([env.default_config.path])) if i.name != POLICY_MODEL]
         try:
-            venvs = server_venvs(env.name, instances, runtime)
+            server_dirs = dict(own_server_dirs([env.default_config.path], runtime.root))
+            venvs = server_venvs(env.name, instances, runtime, server_dirs=server_dirs)
+        except ConfigurationError as exc:
+            failed += 1
+            say(f"{env.name}: cannot be prepared: {exc}")
+            continue
         except MissingRequirementsError as exc:
             failed += 1
             say(f"{env.name}: cannot be prepared: {exc.describe('run it with -a \'{"isolated_venvs": true}\'')}")

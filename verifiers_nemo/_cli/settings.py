@@ -96,7 +96,7 @@ def given_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def new_settings(args: argparse.Namespace) -> EvalSettings:
     """Settings of a fresh run from the flags (raises ConfigurationError on a bad combination)."""
-    from .._eval import REPLAY_MODEL, EvalSettings, resolve_nemo_env
+    from .._eval import ENV_PACKAGE, REPLAY_MODEL, EvalSettings, resolve_nemo_env
 
     given = given_fields(args)
     if not given.get("env"):
@@ -123,6 +123,8 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
         raise ConfigurationError("--workers and --cpus-per-stack place Ray actors: add --ray [ADDRESS].")
     _check_training_client(given, policy)
     given["nemo_env"] = resolve_nemo_env(given["env"], given.get("env_args", {}))
+    if given["env"] not in (ENV_PACKAGE, ENV_PACKAGE.replace("-", "_")):
+        given["env"] = given["nemo_env"]  # a folder of yours by its absolute path: a resume elsewhere finds it
     given["model"] = REPLAY_MODEL if policy == "replay" else given.get("model", "")
     return EvalSettings(**given)
 

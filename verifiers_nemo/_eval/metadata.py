@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._exceptions import VerifiersNemoError
 from .stats import timing_summary
 from .tally import RunTally
 from .token_ids import record_token_ids
@@ -70,11 +71,51 @@ def run_metadata(
         "created_at": base.get("created_at") or now,
         "updated_at": now,
         "versions": base.get("versions") or run_versions(settings),
+        **({"env_sources": sources} if (sources := base.get("env_sources") or env_sources(settings.env_names)) else {}),
         "settings": settings.to_dict(),
         "counts": {"expected": expected, "done": tally.count, "missing": max(0, expected - tally.count)},
         "sessions": sessions,
         "summary": summary,
     }
+
+
+def env_sources(names: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Where each environment of yours in a run came from: ``{reference: {name, path, fingerprint}}`` (the
+    fingerprint of its folder's files: a resume against changed code says so). Packaged ones are left out: the
+    nemo-gym version names them."""
+    from .._gym import env_label, is_path_reference, locate_environment
+    from .._gym.tree import folder_fingerprint
+
+    sources = {}
+    for name in names:
+        if not is_path_reference(name):
+            continue
+        try:
+            directory, config = locate_environment(name)
+        except VerifiersNemoError:  # gone since (a resume elsewhere): the saved entry stays, nothing new to say
+            continue
+        sources[name] = {
+            "name": env_label(name),
+            "path": str(config or directory),
+            "fingerprint": folder_fingerprint(directory),
+        }
+    return sources
+
+
+def changed_sources(saved: Mapping[str, Any], names: Iterable[str]) -> list[str]:
+    """Notes on the environments of yours whose files changed (or are gone) since a run's first session."""
+    notes = []
+    now = env_sources(names)
+    for ref, before in (saved or {}).items():
+        after = now.get(ref)
+        if after is None:
+            notes.append(f"note: {before.get('path', ref)} is not there any more; the run's environment cannot start")
+        elif after["fingerprint"] != before.get("fingerprint"):
+            notes.append(
+                f"note: the files of {after['name']} ({after['path']}) changed since this run began (fingerprint "
+                f"{before.get('fingerprint')} → {after['fingerprint']}): the rollouts still to run use the new code"
+            )
+    return notes
 
 
 def _judges_over(sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -56,7 +56,10 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         lines.append(f"{label:<13}" + " · ".join(parts))
 
     where = f"@ {settings['base_url']}" if settings.get("base_url") else f"(policy {settings['policy']})"
-    row("Environment", metadata["env"])
+    sources = metadata.get("env_sources") or {}
+    row("Environment", ", ".join(sources[e]["name"] if e in sources else e for e in metadata["env"].split(",")))
+    for source in sources.values():
+        row("", f"{source['name']}: your folder {source['path']} (files {source['fingerprint']})")
     row("Model", f"{metadata['model']} {where}")
     row(
         "Rollouts",

@@ -29,8 +29,11 @@ _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._=+-]+")
 
 
 def run_folder_name(env: str, model: str) -> str:
-    """``<env>--<model>`` with ``/`` as ``--`` and anything unsafe in a path as ``_``."""
-    return f"{_safe(env)}--{_safe(model.replace('/', '--'))}"
+    """``<env>--<model>`` with ``/`` as ``--`` and anything unsafe in a path as ``_`` (an environment of yours by
+    its folder's name)."""
+    from .._gym import env_label
+
+    return f"{_safe(','.join(env_label(e) for e in env.split(',')))}--{_safe(model.replace('/', '--'))}"
 
 
 def _safe(text: str) -> str:

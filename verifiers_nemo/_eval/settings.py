@@ -155,8 +155,16 @@ def resolve_nemo_env(env: str, env_args: Mapping[str, Any]) -> str:
             f"-a sets nemo_env={env_args['nemo_env']!r} but ENV is {env!r}; name one environment "
             f"(use ENV {ENV_PACKAGE} with -a nemo_env, or drop nemo_env from -a)."
         )
+    from .._gym import canonical_reference
+
     names = [name.strip() for name in env.split(",")]
-    if not all(names) or len(set(names)) != len(names):
+    if not all(names):
+        raise ConfigurationError(
+            f"ENV {env!r}: name each environment once, separated by commas (e.g. example_multi_step,"
+            "example_single_tool_call)."
+        )
+    names = [canonical_reference(name) for name in names]  # a folder of yours: by its absolute path
+    if len(set(names)) != len(names):
         raise ConfigurationError(
             f"ENV {env!r}: name each environment once, separated by commas (e.g. example_multi_step,"
             "example_single_tool_call)."

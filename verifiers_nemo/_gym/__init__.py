@@ -4,10 +4,14 @@
 from .catalogue import (
     EXAMPLE_ROLLOUTS,
     GymEnvironment,
+    canonical_reference,
     classify_config,
+    env_label,
     find_agent,
     get_environment,
+    is_path_reference,
     list_environments,
+    locate_environment,
 )
 from .config import (
     POLICY_MODEL,
@@ -20,9 +24,17 @@ from .config import (
     server_instances,
 )
 from .runtime import GymRuntime, cache_dir, find_gym_runtime, gym_root
+from .tree import GYM_ROOT_VAR, GymTree, tree_of_configs
 
 __all__ = [
     "EXAMPLE_ROLLOUTS",
+    "GYM_ROOT_VAR",
+    "GymTree",
+    "canonical_reference",
+    "env_label",
+    "is_path_reference",
+    "locate_environment",
+    "tree_of_configs",
     "POLICY_MODEL",
     "RESOURCES_SERVERS",
     "RESPONSES_API_AGENTS",

@@ -20,6 +20,7 @@ import difflib
 import functools
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -46,6 +47,7 @@ from .config import (
 )
 from .releases import installed_version, packaging_problem
 from .runtime import gym_root
+from .tree import PROJECT_FILES, GymTree, gym_roots_from_env, tree_of_configs
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +195,30 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
     """What the catalogue found odd while reading this environment (never fatal)."""
     broken: str | None = None
     """Why it cannot run as this nemo-gym release packages it (measured), if it cannot."""
+    origin: Path | None = None
+    """Where an environment of your own was found (its folder, or the config YAML named); None when packaged."""
+    tree: GymTree | None = None
+    """Where its servers' folders and data are searched (yours first, then the install); None when packaged."""
+
+    @property
+    def local(self) -> bool:
+        """An environment of your own (a folder outside the Gym install), not a packaged one."""
+        return self.origin is not None
+
+    @property
+    def ref(self) -> str:
+        """How to name this environment again, anywhere (``get_environment(env.ref)``): a packaged one by its
+        name, one of yours by its absolute path."""
+        return str(self.origin) if self.origin is not None else self.name
+
+    @property
+    def source(self) -> str:
+        """Where it comes from, in words: ``packaged`` or its folder."""
+        return str(self.directory) if self.local else "packaged"
+
+    @property
+    def search(self) -> GymTree:
+        return self.tree if self.tree is not None else GymTree(self.root)
 
     @property
     def agents(self) -> tuple[GymAgent, ...]:
@@ -238,7 +264,7 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
             return GymDataset(
                 name="example",
                 type="example",
-                jsonl_fpath=fallback.relative_to(self.root).as_posix(),
+                jsonl_fpath=f"{RESOURCES_SERVERS}/{self.name}/data/example.jsonl",
                 path=fallback,
                 exists=True,
                 agent=default_agent.name,
@@ -303,7 +329,7 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
         )
 
 
-def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def classify_config(doc: Mapping[str, Any], root: Path | GymTree) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Decide what a config needs beyond Gym itself: ``(judge_models, external_reasons)``.
 
     This is the one place the rule lives. Only resources-server and agent definitions are inspected;
@@ -338,6 +364,7 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
     Rules 2 and 3 read source text (never import it); they are heuristics, and each hit says why in
     its reason string so a wrong call is easy to spot.
     """
+    tree = root if isinstance(root, GymTree) else GymTree(root)
     judges = judge_names(doc)
     reasons: list[str] = []
     for entry_name, kind, type_name, definition in server_entries(doc):
@@ -352,12 +379,12 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
                         reasons.append(f"{entry_name}.{path} needs {var} (a credential or service address)")
                 elif default is None and var not in _STACK_SUPPLIED:
                     reasons.append(f"{entry_name}.{path} needs a value for {var}")
-        directory = root / kind / type_name
+        directory = tree.server_dir(kind, type_name)
         if kind == RESOURCES_SERVERS:
             for path, text in config_strings(definition):
                 defaults = [d for _, d in _parse_interpolations(text) if d]
                 for candidate in defaults or [text]:
-                    if _is_missing_data_file(candidate, directory, root):
+                    if _is_missing_data_file(candidate, directory, tree):
                         reasons.append(f"{entry_name}.{path} needs data that is not shipped ({candidate})")
         entrypoint = directory / str(definition.get("entrypoint") or "app.py")
         for field_name in _required_secret_fields(entrypoint):
@@ -368,14 +395,30 @@ def classify_config(doc: Mapping[str, Any], root: Path) -> tuple[tuple[str, ...]
     return tuple(dict.fromkeys(judges)), tuple(dict.fromkeys(reasons))
 
 
-def list_environments(root: str | Path | None = None) -> list[GymEnvironment]:
-    """Every packaged NeMo Gym environment under ``root`` (default: the Gym runtime's), sorted by name."""
-    return list(_load_catalogue(_resolve_root(root)))
+def list_environments(root: str | Path | None = None, *, local: bool = True) -> list[GymEnvironment]:
+    """Every NeMo Gym environment: those of your trees (``VERIFIERS_NEMO_GYM_ROOT``, ``--gym-root``, the working
+    directory when it holds ``resources_servers/``) first, then the packaged ones under ``root`` (default: the Gym
+    runtime's) that none of yours shadows by name; each group sorted by name."""
+    resolved = _resolve_root(root)
+    packaged = _load_catalogue(resolved)
+    if not local:
+        return list(packaged)
+    yours = _local_catalogue(resolved)
+    shadowed = {e.name for e in yours}
+    return [*yours, *(e for e in packaged if e.name not in shadowed)]
 
 
 def get_environment(name: str, root: str | Path | None = None) -> GymEnvironment:
-    """The packaged environment called ``name``; an UnknownEnvironmentError lists the closest names."""
+    """The environment ``name`` names: a path (an environment folder in Gym's ``resources_servers/<name>``
+    layout, or one of its config YAMLs), else a name in your trees (``VERIFIERS_NEMO_GYM_ROOT``, the working
+    directory's ``resources_servers/``), else a packaged name; an UnknownEnvironmentError lists the closest."""
     resolved = _resolve_root(root)
+    if is_path_reference(name):
+        directory, config = locate_environment(name)
+        return _local_environment(resolved, directory, config, gym_roots_from_env())
+    for environment in _local_catalogue(resolved):
+        if environment.name == name:
+            return environment
     environments = _load_catalogue(resolved)
     for environment in environments:
         if environment.name == name:
@@ -386,13 +429,74 @@ def get_environment(name: str, root: str | Path | None = None) -> GymEnvironment
     hint = f"Closest: {', '.join(close)}." if close else "No packaged name is close."
     raise UnknownEnvironmentError(
         f"Unknown NeMo Gym environment {name!r}. {hint} "
-        f"`verifiers-nemo envs` lists all {len(names)} packaged in {resolved / RESOURCES_SERVERS}."
+        f"`verifiers-nemo envs` lists all {len(names)} packaged in {resolved / RESOURCES_SERVERS}; an environment "
+        "of your own is named by its folder's path (./resources_servers/NAME) or found by name under --gym-root DIR."
+    )
+
+
+def is_path_reference(name: str) -> bool:
+    """Whether an environment name is a path (to a folder or a config YAML), not a packaged name."""
+    return "/" in name or os.sep in name or name.startswith(("~", ".")) or name.endswith((".yaml", ".yml"))
+
+
+def env_label(reference: str) -> str:
+    """A short name for an environment reference: a packaged name as it is, a path by its folder's name (and the
+    config's stem when it is not the folder's default), for folder names and progress lines."""
+    if not is_path_reference(reference):
+        return reference
+    path = Path(reference.rstrip("/" + os.sep))
+    if path.suffix in (".yaml", ".yml"):
+        folder = path.parent.parent.name
+        return folder if path.stem == folder else f"{folder}.{path.stem}"
+    return path.name or reference
+
+
+def canonical_reference(name: str) -> str:
+    """How a run names an environment wherever it goes (a resume elsewhere, Ray workers, env servers): a path by
+    its absolute form, a name found in your trees by its folder's absolute path, a packaged name as it is."""
+    if is_path_reference(name):
+        directory, config = locate_environment(name)
+        return str(config or directory)
+    for root in gym_roots_from_env():
+        folder = root / RESOURCES_SERVERS / name
+        if (folder / "configs").is_dir():
+            return str(folder)
+    return name
+
+
+def locate_environment(reference: str | Path) -> tuple[Path, Path | None]:
+    """``(environment folder, config YAML or None)`` of a path naming an environment of your own; a
+    ConfigurationError naming the path and the fix when it is not one."""
+    path = Path(reference).expanduser().resolve()
+    if not path.exists():
+        raise UnknownEnvironmentError(
+            f"Environment path {reference!r} does not exist on this machine ({path}). Fix: name the folder of an "
+            f"environment (Gym's layout: {RESOURCES_SERVERS}/NAME with configs/NAME.yaml and app.py) or one of its "
+            "config YAMLs; on a cluster, the folder must be at this path on every node."
+        )
+    if path.is_file():
+        if path.suffix not in (".yaml", ".yml") or path.parent.name != "configs":
+            raise ConfigurationError(
+                f"{path} is not an environment config. Fix: name the environment's folder, or a YAML under its "
+                "configs/."
+            )
+        return path.parent.parent, path
+    if (path / "configs").is_dir():
+        return path, None
+    if (path / RESOURCES_SERVERS).is_dir():
+        raise ConfigurationError(
+            f"{path} holds a tree of environments ({RESOURCES_SERVERS}/), not one. Fix: name one of them "
+            f"({path / RESOURCES_SERVERS}/NAME), or pass --gym-root {path} (VERIFIERS_NEMO_GYM_ROOT) and its name."
+        )
+    raise ConfigurationError(
+        f"{path} is not an environment folder: it has no configs/ folder. Fix: lay it out as Gym's guide does "
+        f"({RESOURCES_SERVERS}/NAME/ with app.py, configs/NAME.yaml, data/example.jsonl, requirements.txt)."
     )
 
 
 def find_agent(agent_name: str, root: str | Path | None = None) -> tuple[GymEnvironment, GymAgent]:
     """The environment and agent instance for an agent name (as rows' ``agent_ref.name`` give it)."""
-    matches = [(e, a) for e in _load_catalogue(_resolve_root(root)) for a in e.agents if a.name == agent_name]
+    matches = [(e, a) for e in list_environments(root) for a in e.agents if a.name == agent_name]
     if not matches:
         raise ConfigurationError(
             f"No packaged NeMo Gym environment defines an agent called {agent_name!r}. "
@@ -427,18 +531,71 @@ def _load_catalogue(root: Path) -> tuple[GymEnvironment, ...]:
 @functools.lru_cache(maxsize=8)
 def _load_catalogue_cached(root: Path) -> tuple[GymEnvironment, ...]:
     environments = []
-    for directory in sorted((root / RESOURCES_SERVERS).iterdir()):
-        if directory.is_dir() and (directory / "configs").is_dir() and not directory.name.startswith(("_", ".")):
-            environments.append(_load_environment(root, directory))
+    tree = GymTree(root)
+    for directory in _environment_folders(root):
+        environments.append(_load_environment(tree, directory))
     logger.debug("catalogued %d NeMo Gym environments under %s", len(environments), root)
     return tuple(environments)
 
 
-def _load_environment(root: Path, directory: Path) -> GymEnvironment:
+def _environment_folders(root: Path) -> list[Path]:
+    return [
+        d
+        for d in sorted((root / RESOURCES_SERVERS).iterdir())
+        if d.is_dir() and (d / "configs").is_dir() and not d.name.startswith(("_", "."))
+    ]
+
+
+def _local_catalogue(install: Path) -> list[GymEnvironment]:
+    """The environments of your trees, the first tree's first where names repeat."""
+    roots = gym_roots_from_env()
+    found: dict[str, GymEnvironment] = {}
+    for root in roots:
+        for directory in _environment_folders(root):
+            if directory.name not in found:
+                found[directory.name] = _local_environment(install, directory, None, roots)
+    return [found[name] for name in sorted(found)]
+
+
+def _local_environment(install: Path, directory: Path, config: Path | None, roots: tuple[Path, ...]) -> GymEnvironment:
+    """An environment of yours, read again whenever its configs, requirements or recordings change."""
+    return _local_environment_cached(install, directory, config, roots, _folder_signature(directory))
+
+
+@functools.lru_cache(maxsize=64)
+def _local_environment_cached(
+    install: Path, directory: Path, config: Path | None, roots: tuple[Path, ...], _signature: tuple[Any, ...]
+) -> GymEnvironment:
+    tree = tree_of_configs([config or directory / "configs" / "_.yaml"], install, roots)
+    if directory.parent.name != RESOURCES_SERVERS:  # a folder of its own: it stands for resources_servers/<name>
+        tree = GymTree(install, tree.roots, ((f"{RESOURCES_SERVERS}/{directory.name}", directory),))
+    return _load_environment(tree, directory, origin=config or directory, config=config)
+
+
+def _folder_signature(directory: Path) -> tuple[Any, ...]:
+    """What decides an environment's catalogue entry: its configs, requirement files and recordings, as stat."""
+    paths = [*directory.glob("configs/*.y*ml"), *(directory / f for f in PROJECT_FILES)]
+    paths += [directory / EXAMPLE_ROLLOUTS, *directory.glob("data/*.jsonl")]
+    signature = []
+    for path in sorted(paths):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        signature.append((str(path), stat.st_mtime_ns, stat.st_size))
+    return tuple(signature)
+
+
+def _load_environment(
+    tree: GymTree, directory: Path, origin: Path | None = None, config: Path | None = None
+) -> GymEnvironment:
+    root = tree.install
     name = directory.name
     problems: list[str] = []
-    configs = tuple(_load_config(root, path) for path in sorted(directory.glob("configs/*.y*ml")) if path.is_file())
+    configs = tuple(_load_config(tree, path) for path in sorted(directory.glob("configs/*.y*ml")) if path.is_file())
     default = _pick_default_config(name, configs)
+    if config is not None:
+        default = next((c for c in configs if c.path == config), default)
     if not configs:
         problems.append("no config YAML under configs/")
     elif not any(c.agents for c in configs):
@@ -459,7 +616,9 @@ def _load_environment(root: Path, directory: Path) -> GymEnvironment:
         server_requirements=server_requirements,
         has_example_rollouts=has_rollouts,
         problems=tuple(problems),
-        broken=packaging_problem(installed_version(root), name) or _adapter_restriction(default),
+        broken=(None if origin else packaging_problem(installed_version(root), name)) or _adapter_restriction(default),
+        origin=origin,
+        tree=tree if origin is not None else None,
     )
 
 
@@ -486,8 +645,9 @@ def _pick_default_config(name: str, configs: tuple[GymConfig, ...]) -> GymConfig
     return configs[0] if configs else None
 
 
-def _load_config(root: Path, path: Path) -> GymConfig:
-    relpath = path.relative_to(root).as_posix()
+def _load_config(tree: GymTree, path: Path) -> GymConfig:
+    root = tree.install
+    relpath = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
     problems: list[str] = []
     try:
         doc = yaml.load(path.read_text(encoding="utf-8"), Loader=YAML_LOADER)  # a safe loader (C or pure Python)
@@ -511,18 +671,23 @@ def _load_config(root: Path, path: Path) -> GymConfig:
             adapters += [allowed] if isinstance(allowed, str) else [str(a) for a in allowed or () if a]
         if kind != RESPONSES_API_MODELS and (kind, type_name) not in seen_types:
             seen_types.add((kind, type_name))
-            directory = root / kind / type_name
+            directory = tree.server_dir(kind, type_name)
             if not directory.is_dir():
                 problems.append(f"{entry_name} uses {kind}/{type_name}, which is not packaged")
+            elif tree.is_local(directory) and not any((directory / f).is_file() for f in PROJECT_FILES):
+                problems.append(
+                    f"{entry_name}: {directory} has no requirements.txt (nor pyproject.toml); Gym starts a server "
+                    "from your folder only when it has one: add it (empty when nemo-gym is all it needs)"
+                )
             else:
                 found, requirement_problems = requirements_beyond_nemo_gym(directory)
                 requirements += found
                 problems += requirement_problems
         if kind == RESPONSES_API_AGENTS:
-            agents.append(_load_agent(root, path, entry_name, type_name, definition, problems))
+            agents.append(_load_agent(tree, path, entry_name, type_name, definition, problems))
 
     defined_models = {s.name for s in servers if s.kind == RESPONSES_API_MODELS} | {POLICY_MODEL}
-    judges, reasons = classify_config(doc, root)
+    judges, reasons = classify_config(doc, tree)
     for judge in judges:
         if judge == "???":
             problems.append("its judge model server is left for the user to set (???)")
@@ -542,7 +707,7 @@ def _load_config(root: Path, path: Path) -> GymConfig:
 
 
 def _load_agent(
-    root: Path, config: Path, name: str, type_name: str, definition: Mapping[str, Any], problems: list[str]
+    tree: GymTree, config: Path, name: str, type_name: str, definition: Mapping[str, Any], problems: list[str]
 ) -> GymAgent:
     datasets: list[GymDataset] = []
     raw_datasets = definition.get("datasets") or []
@@ -554,7 +719,7 @@ def _load_agent(
             problems.append(f"{name}.datasets[{index}] has no jsonl_fpath")
             continue
         fpath = raw["jsonl_fpath"]
-        full = root / fpath
+        full = tree.find(fpath)
         datasets.append(
             GymDataset(
                 name=str(raw.get("name") or Path(fpath).stem),
@@ -570,7 +735,7 @@ def _load_agent(
         )
     max_steps = definition.get("max_steps")
     agent_requirements: tuple[str, ...] = ()
-    agent_dir = root / RESPONSES_API_AGENTS / type_name
+    agent_dir = tree.server_dir(RESPONSES_API_AGENTS, type_name)
     if agent_dir.is_dir():
         agent_requirements, _ = requirements_beyond_nemo_gym(agent_dir)
     return GymAgent(
@@ -614,11 +779,11 @@ def _parse_interpolations(text: str) -> Iterator[tuple[str, str | None]]:
             yield var, default
 
 
-def _is_missing_data_file(value: str, directory: Path, root: Path) -> bool:
+def _is_missing_data_file(value: str, directory: Path, tree: GymTree) -> bool:
     if not _DATA_FILE.fullmatch(value.strip()):
         return False
     relative = Path(value.strip())
-    return not relative.is_absolute() and not (directory / relative).exists() and not (root / relative).exists()
+    return not relative.is_absolute() and not (directory / relative).exists() and not tree.find(relative).exists()
 
 
 def _peek_recordings(path: Path) -> tuple[bool, str | None]:

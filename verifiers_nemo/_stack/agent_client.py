@@ -117,6 +117,11 @@ class GymAgentClient:
                 if response.status != 200:
                     if stack.is_dead(generation):
                         raise GymServerDown(f"the Gym stack died during the rollout: {stack.dead_reason}")
+                    where = await asyncio.to_thread(stack.last_server_error)
+                    if where:  # the failing server's own error first: its file and line, what went wrong
+                        raise GymAgentError(
+                            f"Gym agent answered {response.status}; {clip(where, 400)} (agent: {clip(text, 300)})"
+                        )
                     raise GymAgentError(f"Gym agent answered {response.status}: {clip(text)}")
                 try:
                     return await asyncio.to_thread(json.loads, text) if len(text) > 1 << 20 else json.loads(text)

@@ -34,6 +34,10 @@ class StackConfig:
     """Environment variables with secret-looking names that Gym processes may still see."""
     secrets: frozenset[str] = field(default=frozenset(), repr=False)
     """Values Gym processes must never see (API keys): environment variables holding one are dropped."""
+    server_dirs: tuple[tuple[str, str], ...] = ()
+    """``(relative folder, folder)`` of each server that runs from a folder of yours rather than the Gym install
+    (``resources_servers/my_env`` → ``/home/me/project/resources_servers/my_env``): linked into the launch's working
+    folder, where Gym looks first."""
     shared_ray: bool = True
     """Join the machine's one Ray head for Gym stacks (see ``ray_head``: shared by every process through leases)
     instead of letting ng_run start a Ray cluster per stack. Ignored when ``overrides`` name a

@@ -168,6 +168,10 @@ def _new_launch(
     (log_dir / SERVER_LOGS).mkdir(parents=True)
     policy_dir = run_dir / "responses_api_models" / POLICY_IMPLEMENTATION
     policy_dir.mkdir(parents=True)
+    for rel, folder in config.server_dirs:  # your own servers: where Gym looks first (the run folder is its cwd)
+        link = run_dir / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(folder, target_is_directory=True)
     shutil.copy(GYM_SIDE / "policy_server.py", policy_dir / "app.py")
     (policy_dir / "requirements.txt").write_text("# served by verifiers_nemo's routing proxy\n")
     reservation = reserve_ports(1 + len(instances))

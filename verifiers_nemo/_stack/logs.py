@@ -77,15 +77,59 @@ def failure_summary(log_path: Path, stack_name: str) -> str:
 
 
 def _without_traceback_frames(lines: list[str]) -> list[str]:
-    """Python tracebacks without their frames (kept in the full log): the exception line says why."""
+    """Python tracebacks without their frames (kept in the full log) but the one that names the failing file: the
+    innermost outside any installed package (a server of yours), else the innermost; the exception says why."""
     out: list[str] = []
+    frames: list[list[str]] = []
     in_traceback = False
     for line in lines:
         if line.lstrip().startswith("Traceback (most recent call last):"):
-            in_traceback = True
+            in_traceback, frames = True, []
             continue
         if in_traceback and line[:1].isspace():
+            if line.lstrip().startswith('File "'):
+                frames.append([line])
+            elif frames and len(frames[-1]) == 1:
+                frames[-1].append(line)
             continue
+        if in_traceback and frames:
+            own = [f for f in frames if "site-packages" not in f[0] and "<frozen" not in f[0]]
+            out += (own or frames)[-1]
         in_traceback = False
         out.append(line)
     return out
+
+
+_TAIL_BYTES = 64 << 10
+
+
+def last_server_error(log_path: Path, skip: tuple[str, ...] = ()) -> str | None:
+    """The newest Python exception a server of the launch logging to ``log_path`` wrote (its own log), as one
+    line: ``server: File "…/app.py", line N, in verify: RuntimeError: …`` (the innermost frame of yours); None
+    when none wrote one. Servers named in ``skip`` (the agents, which relay others' errors) are passed over."""
+    folder = log_path.parent / SERVER_LOGS
+    try:
+        logs = sorted(folder.glob("*.log"), key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    except OSError:
+        return None
+    for log in logs:
+        name = log.stem
+        if name in skip:
+            continue
+        try:
+            with log.open("rb") as handle:
+                handle.seek(max(0, handle.seek(0, 2) - _TAIL_BYTES))
+                lines = [
+                    line.removeprefix(f"({name}) ") for line in handle.read().decode(errors="replace").splitlines()
+                ]
+        except OSError:
+            continue
+        starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last):")]
+        if not starts:
+            continue
+        block = _without_traceback_frames([line.rstrip() for line in lines[starts[-1] :] if line.strip()])
+        frame = next((line.strip() for line in block if line.lstrip().startswith('File "')), None)
+        error = next((line.strip() for line in block if not line[:1].isspace() and ":" in line), None)
+        if error is not None:
+            return f"{name}: " + ": ".join(part for part in (frame, error) if part)
+    return None

@@ -10,6 +10,7 @@ from pathlib import Path
 from .._exceptions import ConfigurationError
 from .._gym import GymRuntime, find_gym_runtime, get_environment, gym_root, merged_configs, server_instances
 from .config import StackConfig
+from .own_servers import own_server_dirs
 
 DEFAULT_MAX_STEPS = 100
 _STEP_BOUNDED_AGENTS = frozenset({"simple_agent"})  # agents whose config has max_steps
@@ -51,6 +52,10 @@ class StackOptions:
             raise ConfigurationError(f"Gym environment {env_name} has no config file.")
         return (env.default_config.path,)
 
+    def server_dirs(self, config_paths: Sequence[Path]) -> tuple[tuple[str, str], ...]:
+        """The servers of ``config_paths`` that run from folders of yours (checked: ``own_server_dirs``)."""
+        return own_server_dirs(config_paths, self.root())
+
     def step_bound_overrides(self, config_paths: Sequence[Path]) -> list[str]:
         """Bound the steps of simple agents that set no bound (nemo-gym's default is unbounded)."""
         if self.max_steps is None:
@@ -75,6 +80,7 @@ class StackOptions:
         return StackConfig(
             name=name,
             config_paths=tuple(launched_paths),
+            server_dirs=self.server_dirs(config_paths),
             model_placeholders=placeholders,
             policy_url=policy_url,
             overrides=(*self.step_bound_overrides(config_paths), *self.overrides),

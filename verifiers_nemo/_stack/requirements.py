@@ -44,11 +44,20 @@ print(json.dumps(missing))
 _satisfied: set[tuple[str, str]] = set()  # (interpreter, requirements) checked and found installed
 
 
-def server_requirements(instances: Iterable[ServerInstance], runtime: GymRuntime) -> dict[str, tuple[str, ...]]:
+def server_folder(instance: ServerInstance, runtime: GymRuntime, server_dirs: Mapping[str, str] | None = None) -> Path:
+    """Where ``instance`` runs from: a folder of yours named in ``server_dirs`` (``StackConfig.server_dirs``), else
+    the Gym install's."""
+    own = (server_dirs or {}).get(instance.rel_dir.as_posix())
+    return Path(own) if own is not None else runtime.root / instance.rel_dir
+
+
+def server_requirements(
+    instances: Iterable[ServerInstance], runtime: GymRuntime, server_dirs: Mapping[str, str] | None = None
+) -> dict[str, tuple[str, ...]]:
     """Each server's Python requirements beyond nemo-gym (servers without any left out)."""
     wanted = {}
     for instance in instances:
-        reqs, _ = requirements_beyond_nemo_gym(runtime.root / instance.rel_dir)
+        reqs, _ = requirements_beyond_nemo_gym(server_folder(instance, runtime, server_dirs))
         if reqs:
             wanted[instance.name] = reqs
     return wanted
@@ -82,12 +91,13 @@ def check_requirements(
     *,
     isolated_venvs: bool = False,
     uv: Callable[[str], list[str]] = find_uv,
+    server_dirs: Mapping[str, str] | None = None,
 ) -> set[str]:
     """The servers among ``instances`` whose Python requirements ``runtime`` lacks: they run in an
     environment derived from the runtime (``server_venvs`` installs it), or with ``isolated_venvs`` in a
     venv nemo-gym builds. Installs nothing; raises MissingRequirementsError only when they could not be
     installed at all (no ``uv``: how uv is found)."""
-    missing = missing_requirements(server_requirements(instances, runtime), runtime)
+    missing = missing_requirements(server_requirements(instances, runtime, server_dirs), runtime)
     if missing and not isolated_venvs:
         try:
             uv(f"Installing the requirements of {name}")
@@ -97,13 +107,18 @@ def check_requirements(
 
 
 def server_venvs(
-    name: str, instances: list[ServerInstance], runtime: GymRuntime, *, isolated_venvs: bool = False
+    name: str,
+    instances: list[ServerInstance],
+    runtime: GymRuntime,
+    *,
+    isolated_venvs: bool = False,
+    server_dirs: Mapping[str, str] | None = None,
 ) -> dict[str, Path | None]:
     """The venv of each server that does not run on the runtime itself: its derived environment (its
     requirements installed now unless cached: blocking, the first time only), or None when
     ``isolated_venvs`` lets nemo-gym build one. Raises MissingRequirementsError with uv's explanation
     when requirements cannot be installed."""
-    wanted = server_requirements(instances, runtime)
+    wanted = server_requirements(instances, runtime, server_dirs)
     missing = missing_requirements(wanted, runtime)
     if isolated_venvs:
         return dict.fromkeys(missing)
@@ -113,7 +128,10 @@ def server_venvs(
         instance = by_name[server]
         try:
             env = ensure_derived_env(
-                runtime, wanted[server], label=f"{name} ({instance.rel_dir})", base=runtime.root / instance.rel_dir
+                runtime,
+                wanted[server],
+                label=f"{name} ({instance.rel_dir})",
+                base=server_folder(instance, runtime, server_dirs),
             )
         except GymRuntimeError as exc:
             python = str(runtime.python)

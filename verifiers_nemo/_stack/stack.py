@@ -27,7 +27,7 @@ from .._signals import at_exit
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
 from .launch import Launch, spawn, wait_ready
-from .logs import log_tail
+from .logs import last_server_error, log_tail
 from .monitor import Monitor
 from .plan import child_env, joins_shared_ray, stack_servers
 from .procs import port_accepts, remove_path, rss_bytes, session_pids
@@ -256,6 +256,14 @@ class GymStack:
     def log_path(self) -> Path | None:
         return self._launch.log_path if self._launch else None
 
+    def last_server_error(self) -> str | None:
+        """The newest exception a resources server (or any server but the agents) of the running launch logged, in
+        one line naming its file (see ``logs.last_server_error``); None when none did."""
+        launch = self._launch
+        if launch is None:
+            return None
+        return last_server_error(launch.log_path, skip=launch.agent_names)
+
     def probe_now(self, generation: int) -> bool:
         """Check every server of ``generation`` at once (not waiting for the monitor); mark it dead if one
         is gone. For callers that just saw a refused connection. Returns whether that generation is alive;
@@ -285,7 +293,13 @@ class GymStack:
     def _check_requirements(self, runtime: GymRuntime) -> dict[str, Path | None]:
         """The venv of each server whose requirements the runtime lacks: an environment derived from the
         runtime (installed now the first time), or None for a venv nemo-gym builds (isolated venvs)."""
-        return server_venvs(self.config.name, self._instances, runtime, isolated_venvs=self.config.isolated_venvs)
+        return server_venvs(
+            self.config.name,
+            self._instances,
+            runtime,
+            isolated_venvs=self.config.isolated_venvs,
+            server_dirs=dict(self.config.server_dirs),
+        )
 
     def _join_ray_head(self, runtime: GymRuntime) -> RayHead | None:
         """The machine's Ray head this launch joins (kept across restarts while it lives), or None to let

@@ -98,7 +98,7 @@ class NeMoGymTaskset(Sequence[Task]):
             recorded=recorded,
         )
         store, skipped = read_rows(path, checker, limit=limit, shuffle=shuffle, seed=seed, on_error=on_error)
-        rows = LoadedRows(store, path, env.name if env else None, recorded, rollouts_per_task, skipped)
+        rows = LoadedRows(store, path, env.ref if env else None, recorded, rollouts_per_task, skipped)
         self._init(rows, env, root, gym_python, gym_version)
         logger.debug("loaded %d rows from %s (%d skipped)", store.size, path, skipped.count)
 

