@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from .._exceptions import TasksetError
+from .saved_results import as_recording
 from .validation import RowChecker, RowError
 
 logger = logging.getLogger(__name__)
@@ -204,7 +205,7 @@ def read_rows(
                     row = json.loads(line)
                 except (ValueError, RecursionError) as exc:
                     raise RowError(_json_problem(exc), "make the line one complete JSON object") from None
-                agent = checker.check(row)
+                agent = checker.check(as_recording(row) if checker.recorded else row)
             except RowError as exc:
                 if on_error == "raise":
                     raise checker.error(line_no, exc.problem, exc.fix) from None

@@ -22,6 +22,7 @@ from .._gym.releases import installed_version
 from . import hf
 from .recorded import RecordedTasks
 from .rows import LoadedRows, OnError, SkippedRows, read_rows
+from .saved_results import as_recording
 from .source import check_arguments, resolve_gym_root, resolve_source
 from .task import Task, row_example_id
 from .validation import RowChecker, gym_params, local_root
@@ -225,7 +226,7 @@ class NeMoGymTaskset(Sequence[Task]):
         """The task at ``position``; a recording with its task's fields put back unless ``as_read``."""
         task_index, rollout_index = divmod(position, self._rows.rollouts_per_task)
         line, line_no, row_index, agent = self._rows.store.get(task_index)
-        row = json.loads(line)
+        row = as_recording(json.loads(line)) if self._rows.recorded else json.loads(line)
         task = Task(
             task_index=task_index,
             rollout_index=rollout_index,
