@@ -59,6 +59,7 @@ CONSUMED_ELSEWHERE: dict[str, str] = {
     "resume": "cmd_eval: the run folder whose saved settings are resumed",
     "report": "cmd_eval: write report.html at the end",
     "verbose": "main: the log level",
+    "gym_root": "main: VERIFIERS_NEMO_GYM_ROOT, where names are looked up (a run saves each found folder's path)",
 }
 """Eval flags that set no ``EvalSettings`` field, and what reads them."""
 
