@@ -333,3 +333,37 @@ def test_actors_per_environment_come_from_workers_the_cpu_budget_or_the_nodes() 
     assert RayPlacement(cpus_per_stack=64).count("a", nodes) == 1
     with pytest.raises(ConfigurationError, match="positive integer"):
         RayPlacement(workers={"a": 0}).count("a", nodes)
+
+
+# -- replicas of the policy across workers ---------------------------------------------------------------------------
+
+
+class MovingWorker(FakeWorker):
+    """A worker whose calls on replica ``a`` do not connect: each such rollout moves to ``b`` (as a worker's harness
+    does) and says so in ``failed_over``; it records the replicas it was given."""
+
+    def __init__(self, env: str, name: str) -> None:
+        super().__init__(env, name, delay=0.0)
+        self.given: list[tuple[str | None, Any]] = []
+
+    async def rollout(
+        self, t: Task, ep: Endpoint | None, sampling_args: Any, timeout: Any, replicas: Any = None
+    ) -> RolloutResult:
+        self.given.append((ep.name if ep is not None else None, replicas))
+        result = await super().rollout(t, ep, sampling_args, timeout)
+        if ep is not None and ep.name == "a":
+            result.failed_over, result.endpoint = [ep.label], "b"
+        return result
+
+
+async def test_workers_get_the_replicas_and_a_replica_a_worker_left_gets_no_more_rollouts() -> None:
+    worker = MovingWorker("a", "w1")
+    replicas = Replicas([endpoint("a"), endpoint("b")], probe=lambda e: False, probe_first=60)
+    async with FakePool([worker], ["a"]) as pool:
+        results = [r async for r in pool.run([task(i) for i in range(6)], replicas, concurrency=1)]
+
+    assert all(r.reward == 1.0 for r in results)
+    assert worker.given[0] == ("a", (endpoint("a"), endpoint("b")))  # the first went to a, with the whole list
+    assert [name for name, _ in worker.given[1:]] == ["b"] * 5  # a left the eval's rotation when the worker left it
+    assert [name for name, _ in replicas.down()] == ["a"] and "moved off it" in replicas.outages()[0].reason
+    replicas.close()
