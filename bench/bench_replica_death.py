@@ -165,7 +165,9 @@ def run_once(code: Path, examples: int, repeats: int, concurrency: int, die_afte
             "replica_killed": dying.returncode == -signal.SIGKILL,
             "replicas": metadata["summary"].get("replicas"),
             "wall_s": round(wall, 1),
-            "summary_rows": [x for x in done.stdout.splitlines() if x.startswith(("Rollouts", "Errors", "Replicas"))],
+            "summary_rows": [
+                x for x in done.stdout.splitlines() if x.startswith(("Rollouts", "Errors", "Replicas", "Timing"))
+            ],
         }
 
 
