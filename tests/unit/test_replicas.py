@@ -273,3 +273,28 @@ def test_the_summary_names_each_replica_that_was_down_and_for_how_long() -> None
     ]
     text = format_summary(metadata)
     assert "m@http://b/v1 out of the rotation 1 time, 12.50s in all (still down at the end)" in text
+
+
+async def test_the_progress_line_says_at_once_which_replica_is_down_and_for_how_long(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import io
+
+    from verifiers_nemo._cli.progress import Progress
+
+    down: list[tuple[str, float]] = []
+    progress = Progress(stream=io.StringIO())  # not a terminal: plain lines
+    progress.watch_model(lambda: (0, 0.0))
+    progress.watch_replicas(lambda: list(down))
+    progress.rollouts_starting(10, 0)
+    try:
+        down.append(("m@http://127.0.0.1:9/v1", 12.4))
+        deadline = time.monotonic() + 20
+        said = ""
+        while "replica down" not in said:  # on the next tick, not 30 s later
+            assert time.monotonic() < deadline, "no progress line named the replica"
+            await asyncio.sleep(0.05)
+            said += capsys.readouterr().err
+        assert "replica down: m@http://127.0.0.1:9/v1 (12s)" in said
+    finally:
+        progress.close()
