@@ -64,12 +64,14 @@ class Outage:
     seconds: float | None = None
     """How long it was out (None: still out)."""
     _t0: float = field(default=0.0, repr=False)
+    _closed_at: float | None = field(default=None, repr=False)
 
     def duration(self, now: float | None = None) -> float:
-        """Seconds out so far (its whole length once it rejoined)."""
+        """Seconds out so far (its whole length once it rejoined; until ``Replicas.close()`` when it never did)."""
         if self.seconds is not None:
             return self.seconds
-        return (time.monotonic() if now is None else now) - self._t0
+        end = self._closed_at if self._closed_at is not None else time.monotonic() if now is None else now
+        return end - self._t0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -286,6 +288,11 @@ class Replicas:
     def close(self) -> None:
         """Stop probing (bounded; idempotent). Outages still open stay open in ``outages()``."""
         with self._lock:
+            if not self._closed:
+                now = time.monotonic()
+                for replica in self._replicas:
+                    if replica.outage is not None:
+                        replica.outage._closed_at = now  # still out when the run ended: its length stops here
             self._closed = True
             prober = self._prober
         self._wake.set()

@@ -119,6 +119,18 @@ def test_old_news_of_a_replica_that_rejoined_since_is_ignored() -> None:
         assert not replicas.down() and len(replicas.outages()) == 1
 
 
+def test_a_replica_still_down_when_the_run_ends_is_reported_so_for_the_time_until_then() -> None:
+    replicas = Replicas([endpoint("a"), endpoint("b")], probe=SwitchProbe(), probe_first=60)
+    replicas.report_down("b", "connection: refused")
+
+    replicas.close()
+
+    [outage] = replicas.outages()
+    first = outage.to_dict()
+    assert first["rejoined"] is False and first["replica"] == "b"
+    assert outage.duration() == outage.duration(time.monotonic() + 100)  # stopped counting at close()
+
+
 def test_an_empty_replica_list_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="empty list"):
         Replicas([])

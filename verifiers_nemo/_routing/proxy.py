@@ -385,7 +385,8 @@ async def _on_replicas(
     """The call on the rollout's replica; when that replica does not connect (or times out), it leaves the
     rotation and the call is sent again, as the agent sent it, to a live one (where the route stays). While
     another replica is live a failed connection is not retried on the same one; the last one left gets the
-    usual retries."""
+    usual retries. A call moves at most twice per replica (replicas that leave and rejoin while it moves)."""
+    moves_left = 2 * len(lease.replicas.endpoints)
     while True:
         endpoint = route.endpoint
         alone = not lease.replicas.live_besides(endpoint)
@@ -394,7 +395,8 @@ async def _on_replicas(
             reply = await route.upstream.create_response(session, endpoint, body)
         except (UpstreamConnectionError, UpstreamTimeout) as exc:
             moved = lease.fail_over(endpoint, f"{exc.kind}: {exc.message}")
-            if moved is None or alone:
+            moves_left -= 1
+            if moved is None or moves_left < 0:
                 raise
             route.failed_over.append(endpoint.label)
             route.retarget(moved, route.upstream if route.fixed_upstream else None)
