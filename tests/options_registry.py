@@ -108,7 +108,7 @@ EFFECT_TESTS: dict[str, str] = {
     "eval --verbose": E + "test_verbose_logs_what_the_quiet_run_does_not",
     "eval ENV": E + "test_env_model_and_output_dir_name_the_run_folder",
     "eval --model": E + "test_env_model_and_output_dir_name_the_run_folder",
-    "eval --api-base-url": CLI + "test_scripted_upstream_gives_the_right_pass_at_k",
+    "eval --api-base-url": CLI + "test_scripted_upstream_gives_the_right_pass_at_k_when_a_replica_dies_mid_run",
     "eval --api-key-var": E + "test_api_key_var_is_the_key_the_upstream_received",
     "eval --api": E + "test_api_chat_speaks_chat_completions_to_the_base_url",
     "eval --policy": "tests/unit/test_cli_args.py::test_bad_input_exits_2_before_anything_starts",

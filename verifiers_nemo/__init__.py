@@ -6,6 +6,8 @@ The public API is what this module exports; every other module is private.
 * ``NeMoGymHarness`` - runs tasks as rollouts through one shared real Gym stack per process.
 * ``NeMoGymPool`` - the same over several stacks: a mix of environments, or Ray actors on many nodes.
 * ``Endpoint`` - the OpenAI-compatible inference server (Responses or Chat Completions) of a rollout.
+* ``Replicas`` - several endpoints serving one model, with health: a replica that does not connect leaves the
+  rotation and its calls move to a live one; it is probed and rejoins.
 * ``RolloutResult`` / ``PolicyCall`` / ``check_contiguity`` - what a rollout returns: reward, metrics,
   completion, the per-call trace with token IDs and logprobs, usage, timing, a typed error.
 * ``training_samples`` / ``TrainingSamples`` - a trace as the token sequences a trainer trains on (loss mask,
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from ._gym import GymEnvironment, get_environment, list_environments
     from ._harness import NeMoGymHarness
     from ._replay import ReplayServer
+    from ._replicas import Replicas
     from ._result import RolloutResult
     from ._routing import PolicyCall, ProxyConfig, RoutingProxy, TrainingSamples, check_contiguity, training_samples
     from ._scale import NeMoGymPool
@@ -71,6 +74,7 @@ _LAZY = {
     "PolicyCall": "._routing",
     "ProxyConfig": "._routing",
     "ReplayServer": "._replay",
+    "Replicas": "._replicas",
     "RolloutResult": "._result",
     "RoutingProxy": "._routing",
     "Task": "._tasks",
@@ -110,6 +114,7 @@ __all__ = [
     "PolicyCall",
     "ProxyConfig",
     "ReplayServer",
+    "Replicas",
     "RolloutError",
     "RolloutResult",
     "RolloutTimeout",

@@ -18,6 +18,7 @@ from ._routing import Route, row_with_route
 
 if TYPE_CHECKING:
     from ._endpoint import Endpoint
+    from ._replicas import Lease
     from ._routing import RoutingProxy
     from ._upstreams import Upstream
 
@@ -36,6 +37,7 @@ class Attempt:
 class RolloutAttempts:
     """The tries of one rollout of ``row`` against ``endpoint``: ``new()`` makes one (what ``GymAgentClient.run``
     posts), ``close()`` ends them all, ``fill(result, gym_result)`` writes the last one's record into the result.
+    With a ``lease`` (one of several replicas) each try starts where the rollout stands and its calls move on.
 
     ``gym_args`` ride in the row's ``responses_create_params`` (Gym passes them on), ``extra_args`` on the route
     (the proxy adds them to the upstream request)."""
@@ -48,8 +50,10 @@ class RolloutAttempts:
         gym_args: dict[str, Any],
         extra_args: dict[str, Any],
         upstream: Upstream | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self._proxy = proxy
+        self._lease = lease
         self._endpoint = endpoint
         self._row = row
         self._gym_args = gym_args
@@ -58,7 +62,10 @@ class RolloutAttempts:
         self.routes: list[Route] = []
 
     def new(self) -> Attempt:
-        route = self._proxy.open_route(self._endpoint, sampling_args=self._extra_args, upstream=self._upstream)
+        endpoint = self._lease.endpoint if self._lease is not None else self._endpoint  # where it stands now
+        route = self._proxy.open_route(
+            endpoint, sampling_args=self._extra_args, upstream=self._upstream, lease=self._lease
+        )
         self.routes.append(route)
         return Attempt(row_with_route(self._row, route.key, self._gym_args), route)
 
@@ -77,6 +84,9 @@ class RolloutAttempts:
         if not self.routes:  # the stack could not be reached before any try
             return
         route = self.routes[-1]
+        result.failed_over = [label for r in self.routes for label in r.failed_over]
+        if result.failed_over:
+            result.endpoint = route.endpoint.label
         result.trace = list(route.calls)
         result.timing["policy_s"] = sum(getattr(c, "latency_s", 0.0) or 0.0 for c in result.trace)
         result.usage = sum_usage([getattr(c, "usage", None) for c in result.trace])

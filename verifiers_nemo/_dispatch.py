@@ -1,5 +1,5 @@
 """Feeding rollouts to whoever runs them: the bounded, completion-ordered stream every runner shares,
-and the least-loaded choice among several policy endpoints."""
+and the choice of endpoint per rollout (the least-loaded live one among several replicas: ``_replicas``)."""
 
 from __future__ import annotations
 
@@ -9,72 +9,71 @@ from typing import TYPE_CHECKING
 
 from ._endpoint import Endpoint
 from ._exceptions import ConfigurationError
+from ._replicas import Lease, Replicas
 
 if TYPE_CHECKING:
     from ._result import RolloutResult
     from ._tasks import Task
 
-EndpointChoice = Endpoint | Sequence[Endpoint] | Callable[["Task"], Endpoint]
+EndpointChoice = Endpoint | Sequence[Endpoint] | Replicas | Callable[["Task"], Endpoint]
 
 
-class LeastLoaded:
-    """Several endpoints (e.g. vLLM replicas): each rollout goes to the one with the fewest rollouts in
-    flight; ties go to the one used least recently, so an idle pool is used round-robin."""
+class Pick:
+    """Where one rollout goes: its endpoint (``None``: the worker picks), the lease when it is one of several
+    replicas, and ``release()`` for when the rollout ends."""
 
-    def __init__(self, endpoints: Sequence[Endpoint]) -> None:
-        self.endpoints = list(endpoints)
-        if not self.endpoints:
-            raise ConfigurationError("endpoints is an empty list; pass at least one Endpoint.")
-        self.in_flight = [0] * len(self.endpoints)
-        self._last_used = [0] * len(self.endpoints)
-        self._clock = 0
+    __slots__ = ("endpoint", "lease")
 
-    def acquire(self) -> int:
-        """The index of the endpoint to use now (release it when the rollout ends)."""
-        index = min(range(len(self.endpoints)), key=lambda i: (self.in_flight[i], self._last_used[i]))
-        self.in_flight[index] += 1
-        self._clock += 1
-        self._last_used[index] = self._clock
-        return index
+    def __init__(self, endpoint: Endpoint | None, lease: Lease | None = None) -> None:
+        self.endpoint = endpoint
+        self.lease = lease
 
-    def release(self, index: int) -> None:
-        self.in_flight[index] -= 1
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
 
 
 class EndpointPicker:
-    """``endpoints=`` of a run, as a choice per task: one endpoint, a list (least loaded first) or a
-    function of the task. ``None`` stands for "the worker picks" (a replay worker's own server)."""
+    """``endpoints=`` of a run, as a choice per task: one endpoint, a list or a ``Replicas`` (the least-loaded
+    live replica first; a list makes a ``Replicas`` for the run, closed by ``close()``) or a function of the
+    task. ``None`` stands for "the worker picks" (a replay worker's own server)."""
 
     def __init__(self, endpoints: EndpointChoice | None) -> None:
         self._fixed: Endpoint | None = None
         self._function: Callable[[Task], Endpoint] | None = None
-        self._pool: LeastLoaded | None = None
+        self.replicas: Replicas | None = None
+        """The health view of several replicas (None: one endpoint or a function)."""
+        self._owns_replicas = False
         if endpoints is None or isinstance(endpoints, Endpoint):
             self._fixed = endpoints
+        elif isinstance(endpoints, Replicas):
+            self.replicas = endpoints
         elif callable(endpoints):
             self._function = endpoints
         else:
-            self._pool = LeastLoaded(endpoints)
+            self.replicas = Replicas(endpoints)
+            self._owns_replicas = True
 
     @property
     def known(self) -> list[Endpoint]:
         """The endpoints known before any task is seen (for their keys)."""
-        if self._pool is not None:
-            return list(self._pool.endpoints)
+        if self.replicas is not None:
+            return self.replicas.endpoints
         return [self._fixed] if self._fixed is not None else []
 
-    def acquire(self, task: Task) -> tuple[Endpoint | None, Callable[[], None]]:
-        """The endpoint for ``task`` and the call that says its rollout ended."""
-        if self._pool is not None:
-            index = self._pool.acquire()
-            return self._pool.endpoints[index], lambda: self._pool.release(index)  # type: ignore[union-attr]
+    def acquire(self, task: Task) -> Pick:
+        """Where ``task``'s rollout goes (release the pick when it ends)."""
+        if self.replicas is not None:
+            lease = self.replicas.acquire()
+            return Pick(lease.endpoint, lease)
         if self._function is not None:
-            return self._function(task), _nothing
-        return self._fixed, _nothing
+            return Pick(self._function(task))
+        return Pick(self._fixed)
 
-
-def _nothing() -> None:
-    return None
+    def close(self) -> None:
+        """Stop probing the replicas of a list given as ``endpoints=`` (a ``Replicas`` given is the caller's)."""
+        if self._owns_replicas and self.replicas is not None:
+            self.replicas.close()
 
 
 def check_concurrency(concurrency: object) -> int:

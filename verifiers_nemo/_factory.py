@@ -10,11 +10,12 @@ import datasets
 
 from ._endpoint import Endpoint
 from ._harness import NeMoGymHarness
+from ._replicas import Replicas
 from ._result import RolloutResult
 from ._tasks import NeMoGymTaskset, Task
 from ._tasks.source import check_count
 
-EndpointChoice = Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint]
+EndpointChoice = Endpoint | Sequence[Endpoint] | Replicas | Callable[[Task], Endpoint]
 
 
 class NeMoGymEnv:

@@ -24,6 +24,7 @@ from ._exceptions import (
 )
 from ._gym import POLICY_MODEL, merged_configs, server_instances
 from ._judge.router import JudgeRouter
+from ._replicas import Lease, Replicas
 from ._result import RolloutResult
 from ._routing import PolicyCall, ProxyConfig, RoutingProxy, get_proxy
 from ._stack import GymStack, acquire_stack, release_stack
@@ -149,6 +150,7 @@ class NeMoGymHarness:
         self._lock = threading.Lock()
         self._closed = False
         self._external_reported = False
+        self._replica_views: dict[tuple[str, ...], Replicas] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -255,6 +257,8 @@ class NeMoGymHarness:
             self._stack = self._proxy = None
         self.judges.close()
         self.agents.close()
+        for view in self._replica_views.values():
+            view.close()
         if stack is not None:
             release_stack(stack)
         if proxy is not None and self._owns_proxy:
@@ -289,14 +293,28 @@ class NeMoGymHarness:
         timeout: float | None = None,
         *,
         upstream: Upstream | None = None,
+        replicas: Replicas | Sequence[Endpoint] | None = None,
         _queued_at: float | None = None,
+        _lease: Lease | None = None,
     ) -> RolloutResult:
         """Run one task as one rollout against ``endpoint``. Never raises for a rollout failure:
         the result carries a typed ``error`` instead (and no reward).
 
         ``upstream`` replaces how this rollout's policy calls reach ``endpoint`` (by default the
         proxy's upstream for ``endpoint.api``), e.g. ``FunctionUpstream(fn)`` to answer with a plain
-        function."""
+        function. ``replicas``: other endpoints serving the same model (a ``Replicas``, or a list: this
+        harness keeps one health view per list); when ``endpoint`` does not connect or times out, the call and
+        the rollout's later calls move to a live one (``result.failed_over`` names the ones left)."""
+        if _lease is None and replicas is not None:
+            _lease = self._replica_view(replicas).acquire(prefer=endpoint)
+            try:
+                return await self.rollout(
+                    task, endpoint, sampling_args, timeout, upstream=upstream, _queued_at=_queued_at, _lease=_lease
+                )
+            finally:
+                _lease.release()
+        if _lease is not None:
+            endpoint = _lease.endpoint
         started = time.monotonic()
         result = RolloutResult(
             task_index=task.task_index,
@@ -315,7 +333,9 @@ class NeMoGymHarness:
             result.error = exc
             return result
         self.judges.follow_policy(endpoint, upstream)
-        attempts = RolloutAttempts(self.proxy, endpoint, task.gym_row(), *split_sampling_args(sampling_args), upstream)
+        attempts = RolloutAttempts(
+            self.proxy, endpoint, task.gym_row(), *split_sampling_args(sampling_args), upstream, _lease
+        )
         try:
             limit = self.timeout if timeout is None else timeout
             run_started = time.monotonic()
@@ -336,6 +356,17 @@ class NeMoGymHarness:
         result.timing["total_s"] = time.monotonic() - (_queued_at or started)
         return result
 
+    def _replica_view(self, replicas: Replicas | Sequence[Endpoint]) -> Replicas:
+        """``replicas`` as a health view: a ``Replicas`` as it is; a list, this harness's view of that list."""
+        if isinstance(replicas, Replicas):
+            return replicas
+        key = tuple(e.label for e in replicas)
+        with self._lock:
+            view = self._replica_views.get(key)
+            if view is None:
+                view = self._replica_views[key] = Replicas(replicas)
+            return view
+
     async def _running_stack(self) -> GymStack:
         """The running stack, restarted if it died; a failed restart is the rollout's typed ``GymServerDown``."""
         stack = self._stack
@@ -352,7 +383,7 @@ class NeMoGymHarness:
     async def run(
         self,
         tasks: Iterable[Task],
-        endpoints: Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint],
+        endpoints: Endpoint | Sequence[Endpoint] | Replicas | Callable[[Task], Endpoint],
         *,
         concurrency: int = 32,
         sampling_args: dict[str, Any] | None = None,
@@ -361,34 +392,39 @@ class NeMoGymHarness:
     ) -> AsyncIterator[RolloutResult]:
         """Run ``tasks`` with at most ``concurrency`` at once; yield results as they finish.
 
-        ``endpoints`` is one endpoint, a list (each rollout goes to the one with the fewest rollouts in
-        flight), or a function of the task.
+        ``endpoints`` is one endpoint, a list of replicas of one model or a ``Replicas`` (each rollout goes to
+        the live one with the fewest rollouts in flight; a replica that does not connect leaves the rotation
+        and its calls move to a live one, see ``Replicas``), or a function of the task.
         """
         check_concurrency(concurrency)
         picker = EndpointPicker(endpoints)
         for endpoint in picker.known:
             self._remember_key(endpoint)
-        await self.astart()
+        try:
+            await self.astart()
 
-        async def run_one(task: Task) -> RolloutResult:
-            queued_at = time.monotonic()
-            endpoint, release = picker.acquire(task)
-            try:
-                assert endpoint is not None
-                return await self.rollout(
-                    task, endpoint, sampling_args, timeout, upstream=upstream, _queued_at=queued_at
-                )
-            finally:
-                release()
+            async def run_one(task: Task) -> RolloutResult:
+                queued_at = time.monotonic()
+                pick = picker.acquire(task)
+                try:
+                    assert pick.endpoint is not None
+                    return await self.rollout(
+                        task, pick.endpoint, sampling_args, timeout, upstream=upstream, _queued_at=queued_at,
+                        _lease=pick.lease,
+                    )  # fmt: skip
+                finally:
+                    pick.release()
 
-        async with contextlib.aclosing(stream_rollouts(tasks, run_one, concurrency)) as stream:
-            async for result in stream:
-                yield result
+            async with contextlib.aclosing(stream_rollouts(tasks, run_one, concurrency)) as stream:
+                async for result in stream:
+                    yield result
+        finally:
+            picker.close()
 
     def run_sync(
         self,
         tasks: Iterable[Task],
-        endpoints: Endpoint | Sequence[Endpoint] | Callable[[Task], Endpoint],
+        endpoints: Endpoint | Sequence[Endpoint] | Replicas | Callable[[Task], Endpoint],
         **kwargs: Any,
     ) -> list[RolloutResult]:
         """Blocking form of ``run`` for synchronous callers: all results, in completion order.

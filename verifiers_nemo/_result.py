@@ -50,6 +50,9 @@ class RolloutResult:
     gym_result: dict[str, Any] | None = None
     worker: str | None = None
     """Where the rollout ran when not in this process: ``ray:<node id>:<pid>`` of its Ray actor."""
+    failed_over: list[str] = field(default_factory=list)
+    """Replicas (labels) this rollout's policy calls left because they did not connect or timed out; ``endpoint``
+    is then the replica its last call went to."""
     masked: bool = False
     """Gym said this sample is no valid measurement (``mask_sample``): not scored, not trained on."""
     failure_kind: str | None = None
@@ -91,6 +94,8 @@ class RolloutResult:
             out["failure_kind"], out["failure_reason"] = self.failure_kind, self.failure_reason
         if self.worker is not None:
             out["worker"] = self.worker
+        if self.failed_over:
+            out["failed_over"] = self.failed_over
         if self.training is not None:
             out["training"] = self.training
         if include_trace:

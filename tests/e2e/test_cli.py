@@ -67,7 +67,14 @@ class SynonymPolicy:
     rollouts is fixed whatever the order in which rollouts arrive.
     """
 
-    def __init__(self, examples: list[str], correct: list[int], delay: float = 0.0, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        examples: list[str],
+        correct: list[int],
+        delay: float = 0.0,
+        replicas: int = 1,
+        last_dies_after: int | None = None,
+    ) -> None:
         self.examples = {text: index for index, text in enumerate(examples)}
         self.correct = correct
         self.delay = delay
@@ -77,7 +84,12 @@ class SynonymPolicy:
         self.in_flight = 0
         """Calls being answered: aiohttp finishes a handler whose client went away (an interrupted run's)."""
         self._runner: web.AppRunner | None = None
+        self._sites: list[web.TCPSite] = []
         self.ports: list[int] = []
+        self.last_dies_after = last_dies_after
+        """The last replica dies on its call after this many: its port closes and every connection to it is
+        dropped unanswered from then on, as when its process is killed."""
+        self.dead_port: int | None = None
 
     @property
     def port(self) -> int:
@@ -99,7 +111,9 @@ class SynonymPolicy:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         for _ in range(self.replicas):
-            await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            await site.start()
+            self._sites.append(site)
         self.ports = [int(address[1]) for address in self._runner.addresses]
         return self
 
@@ -111,7 +125,15 @@ class SynonymPolicy:
         return web.json_response({"object": "list", "data": [{"id": "fake/policy-1", "object": "model"}]})
 
     async def _responses(self, request: web.Request) -> web.Response:
-        self.calls_by_port[int(request.transport.get_extra_info("sockname")[1])] += 1  # type: ignore[union-attr]
+        port = int(request.transport.get_extra_info("sockname")[1])  # type: ignore[union-attr]
+        self.calls_by_port[port] += 1
+        dies = self.last_dies_after is not None and port == self.ports[-1]
+        if dies and (port == self.dead_port or self.calls_by_port[port] > self.last_dies_after):  # type: ignore[operator]
+            if self.dead_port is None:
+                self.dead_port = port
+                await self._sites[-1].stop()  # new connections are refused
+            request.transport.abort()  # type: ignore[union-attr]  # this one is dropped unanswered
+            raise web.HTTPServiceUnavailable()  # never sent: the connection is gone
         self.in_flight += 1
         try:
             return await self._answer(request)
@@ -219,10 +241,14 @@ def _expected_pass(correct: list[int], n: int) -> tuple[dict[str, float], dict[s
     return at, power
 
 
-async def test_scripted_upstream_gives_the_right_pass_at_k(tmp_path: Path, example_prompts: list[str]) -> None:
-    """Over two replicas of the model (-b URL1,URL2): each gets its share of the calls."""
+async def test_scripted_upstream_gives_the_right_pass_at_k_when_a_replica_dies_mid_run(
+    tmp_path: Path, example_prompts: list[str]
+) -> None:
+    """Over two replicas of the model (-b URL1,URL2), the second dying after its 8th call: each gets its share of the
+    calls until then, the calls it drops move to the live one, every rollout is scored as if nothing happened,
+    and the summary names the dead replica."""
     correct = [4, 3, 2, 1, 0]
-    async with SynonymPolicy(example_prompts, correct, replicas=2) as policy:
+    async with SynonymPolicy(example_prompts, correct, replicas=2, last_dies_after=8) as policy:
         code, out, err = await _cli(
             "eval", ENV, "-b", policy.base_urls, "-m", "fake/policy-1", "-n", "5", "-r", "4", "-c", "8", "-s",
             "-o", str(tmp_path / "out"), "-T", "0.7", cwd=tmp_path,
@@ -247,7 +273,15 @@ async def test_scripted_upstream_gives_the_right_pass_at_k(tmp_path: Path, examp
     assert "pass^1 0.500 · pass^2 0.333 · pass^4 0.200" in out
     assert policy.first_calls == Counter({i: 4 for i in range(5)})
     assert sorted(policy.calls_by_port) == sorted(policy.ports)
-    assert min(policy.calls_by_port.values()) >= 10  # of 40 calls: spread, least loaded first
+    live, dead = policy.ports
+    assert policy.dead_port == dead and policy.calls_by_port[live] == 40 - 8  # 40 calls answered in all
+    dead_label = f"fake/policy-1@http://127.0.0.1:{dead}/v1"
+    moved = [r for r in lines if r.get("failed_over")]
+    assert moved and all(r["failed_over"] == [dead_label] and r["endpoint"].endswith(f":{live}/v1") for r in moved)
+    [replica] = summary["replicas"]
+    assert replica["replica"] == dead_label and replica["still_down"] and replica["seconds"] > 0
+    assert f"{dead_label} out of the rotation 1 time" in out
+    assert f"replica {dead_label} is out of the rotation" in err
 
 
 async def test_interrupted_run_resumes_exactly_the_missing_rollouts(tmp_path: Path, example_prompts: list[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -18,7 +19,7 @@ import pytest_asyncio
 
 from tests.e2e.policies import PolicyServer, message
 from tests.faults.helpers import pids_with_env
-from verifiers_nemo import Endpoint, NeMoGymPool, load_environment
+from verifiers_nemo import Endpoint, NeMoGymPool, Replicas, load_environment
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -145,6 +146,30 @@ async def test_killing_an_actor_mid_run_loses_no_rollout_and_leaves_none_of_its_
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]  # retried on the other actor
     assert [w["alive"] for w in pool.workers if w["env"] == env].count(False) == 1
     await until(lambda: not any(session_pids(s) for s in sessions), 60, "the killed actor's Gym processes gone")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_calls_an_actor_cannot_place_on_a_dead_replica_move_to_a_live_one_and_the_driver_leaves_it_too(
+    pool: NeMoGymPool, replays: dict[str, list[Any]]
+) -> None:
+    async def answer(body: dict[str, Any], request: Any) -> list[dict[str, Any]]:
+        return [message("done")]
+
+    env = ENVS[1]
+    tasks = [dataclasses.replace(replays[env][i % 5], rollout_index=10 + i // 5) for i in range(6)]
+    with socket.socket() as s:  # a replica whose process is gone: nobody listens on its port
+        s.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    async with PolicyServer(answer) as policy:
+        dead, live = Endpoint(dead_url, "m", name="dead"), Endpoint(policy.base_url, "m", name="live")
+        with Replicas([dead, live], probe=lambda e: False) as replicas:  # the dead one never answers its probe
+            results = [r async for r in pool.run(tasks, replicas, concurrency=1)]
+
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    assert results[0].failed_over == ["dead"] and results[0].endpoint == "live"  # the first went to dead, then moved
+    assert all(not r.failed_over and r.endpoint == "live" for r in results[1:])  # the driver placed none there again
+    assert [name for name, _ in replicas.down()] == ["dead"]
+    assert policy.calls >= len(tasks)
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -10,10 +10,19 @@ from typing import Any
 
 import pytest
 
-from verifiers_nemo import ConfigurationError, Endpoint, GymServerDown, NeMoGymPool, RolloutResult, Task, WorkerLost
+from verifiers_nemo import (
+    ConfigurationError,
+    Endpoint,
+    GymServerDown,
+    NeMoGymPool,
+    Replicas,
+    RolloutResult,
+    Task,
+    WorkerLost,
+)
 from verifiers_nemo._cli.parser import build_parser
 from verifiers_nemo._cli.settings import new_settings
-from verifiers_nemo._dispatch import EndpointPicker, LeastLoaded, stream_rollouts
+from verifiers_nemo._dispatch import EndpointPicker, stream_rollouts
 from verifiers_nemo._eval import format_summary, run_metadata
 from verifiers_nemo._eval.settings import MIX_STRIDE
 
@@ -38,22 +47,22 @@ def endpoint(name: str) -> Endpoint:
 
 
 def test_an_idle_list_of_endpoints_is_used_round_robin() -> None:
-    pool = LeastLoaded([endpoint("a"), endpoint("b"), endpoint("c")])
+    pool = Replicas([endpoint("a"), endpoint("b"), endpoint("c")])
     picks = []
     for _ in range(6):
-        index = pool.acquire()
-        picks.append(pool.endpoints[index].name)
-        pool.release(index)
+        lease = pool.acquire()
+        picks.append(lease.endpoint.name)
+        lease.release()
     assert picks == ["a", "b", "c", "a", "b", "c"]
 
 
 def test_a_busy_endpoint_gets_no_new_rollout_until_the_others_are_as_busy() -> None:
-    pool = LeastLoaded([endpoint("a"), endpoint("b")])
+    pool = Replicas([endpoint("a"), endpoint("b")])
     first = pool.acquire()  # a: 1 in flight, for a long time
-    picks = [pool.endpoints[pool.acquire()].name for _ in range(3)]
-    assert pool.endpoints[first].name == "a"
+    picks = [pool.acquire().endpoint.name for _ in range(3)]
+    assert first.endpoint.name == "a"
     assert picks == ["b", "a", "b"]  # b catches up with a, then they alternate
-    assert pool.in_flight == [2, 2]
+    assert pool.in_flight() == [2, 2]
 
 
 def test_an_empty_endpoint_list_is_refused() -> None:
@@ -106,7 +115,9 @@ class FakeWorker:
         self.started_with = (list(secrets), replay_tasks)
         return {"env": self.env, "judges": {"judge_model": "a judge"}}
 
-    async def rollout(self, t: Task, ep: Endpoint | None, sampling_args: Any, timeout: Any) -> RolloutResult:
+    async def rollout(
+        self, t: Task, ep: Endpoint | None, sampling_args: Any, timeout: Any, replicas: Any = None
+    ) -> RolloutResult:
         self.calls.append(t.task_index)
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
@@ -322,3 +333,37 @@ def test_actors_per_environment_come_from_workers_the_cpu_budget_or_the_nodes() 
     assert RayPlacement(cpus_per_stack=64).count("a", nodes) == 1
     with pytest.raises(ConfigurationError, match="positive integer"):
         RayPlacement(workers={"a": 0}).count("a", nodes)
+
+
+# -- replicas of the policy across workers ---------------------------------------------------------------------------
+
+
+class MovingWorker(FakeWorker):
+    """A worker whose calls on replica ``a`` do not connect: each such rollout moves to ``b`` (as a worker's harness
+    does) and says so in ``failed_over``; it records the replicas it was given."""
+
+    def __init__(self, env: str, name: str) -> None:
+        super().__init__(env, name, delay=0.0)
+        self.given: list[tuple[str | None, Any]] = []
+
+    async def rollout(
+        self, t: Task, ep: Endpoint | None, sampling_args: Any, timeout: Any, replicas: Any = None
+    ) -> RolloutResult:
+        self.given.append((ep.name if ep is not None else None, replicas))
+        result = await super().rollout(t, ep, sampling_args, timeout)
+        if ep is not None and ep.name == "a":
+            result.failed_over, result.endpoint = [ep.label], "b"
+        return result
+
+
+async def test_workers_get_the_replicas_and_a_replica_a_worker_left_gets_no_more_rollouts() -> None:
+    worker = MovingWorker("a", "w1")
+    replicas = Replicas([endpoint("a"), endpoint("b")], probe=lambda e: False, probe_first=60)
+    async with FakePool([worker], ["a"]) as pool:
+        results = [r async for r in pool.run([task(i) for i in range(6)], replicas, concurrency=1)]
+
+    assert all(r.reward == 1.0 for r in results)
+    assert worker.given[0] == ("a", (endpoint("a"), endpoint("b")))  # the first went to a, with the whole list
+    assert [name for name, _ in worker.given[1:]] == ["b"] * 5  # a left the eval's rotation when the worker left it
+    assert [name for name, _ in replicas.down()] == ["a"] and "moved off it" in replicas.outages()[0].reason
+    replicas.close()

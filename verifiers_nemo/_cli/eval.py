@@ -305,6 +305,7 @@ async def _execute(
     progress = Progress()
     if settings.policy != "replay":
         progress.watch_model(lambda: _model_waits(evaluation))
+        progress.watch_replicas(lambda: evaluation.replicas.down() if evaluation.replicas is not None else [])
     overall = tally.overall
     progress.seed(
         overall.rewards.count, overall.rewards.sum.total, sum(overall.errors.values()), sum(overall.masked.values())
@@ -358,6 +359,9 @@ async def _execute(
     )
     if evaluation.judges:
         session["judges"] = evaluation.judges
+    outages = evaluation.replica_outages()
+    if outages:
+        session["replica_outages"] = outages
     metadata = run_metadata(metadata, settings, folder, expected, tally, sessions)
     missing = metadata["counts"]["missing"]
     received = interrupt.first_signal

@@ -47,6 +47,8 @@ class Progress:
         self._started = 0.0
         self._model_waits: Callable[[], tuple[int, float]] | None = None
         self._waits = (0, 0.0)
+        self._replicas_down: Callable[[], list[tuple[str, float]]] | None = None
+        self._down: list[tuple[str, float]] = []
 
     def seed(self, scored: int, reward_sum: float, errors: int, masked: int = 0) -> None:
         """Include a resumed run's earlier rollouts in the running mean (``scored`` rewards summing to
@@ -58,13 +60,21 @@ class Progress:
         model is told apart from a slow Gym): ``model_waits()`` gives (calls waiting, oldest wait in s)."""
         self._model_waits = model_waits
 
+    def watch_replicas(self, replicas_down: Callable[[], list[tuple[str, float]]]) -> None:
+        """While rollouts run, show which replicas are out of the rotation and for how long:
+        ``replicas_down()`` gives (label, seconds out) of each."""
+        self._replicas_down = replicas_down
+
     async def _tick_waits(self) -> None:
         while self._model_waits is not None:
             await asyncio.sleep(2.0)
             self._waits = self._model_waits()
+            was_down = {label for label, _ in self._down}
+            self._down = self._replicas_down() if self._replicas_down is not None else []
+            changed = {label for label, _ in self._down} != was_down  # a replica left or rejoined: said at once
             if self._bar is not None:
                 self._bar.set_postfix_str(self._postfix())
-            elif not self.tty and self._waits[0] and time.monotonic() - self._last_line >= 30:
+            elif not self.tty and (changed or (self._waits[0] and time.monotonic() - self._last_line >= 30)):
                 self._last_line = time.monotonic()
                 say(f"rollouts {self._done}/{self._total} · {self._postfix()}")
 
@@ -121,6 +131,8 @@ class Progress:
         waiting, oldest = self._waits
         if waiting:
             text += f" · {waiting} waiting on the model (oldest {oldest:.0f}s)"
+        if self._down:
+            text += " · replica down: " + ", ".join(f"{label} ({seconds:.0f}s)" for label, seconds in self._down)
         return text
 
     def rollout_finished(self, result: RolloutResult) -> None:

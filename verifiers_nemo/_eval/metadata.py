@@ -58,9 +58,12 @@ def run_metadata(
     judges = _judges_over(sessions)
     if judges:
         summary["judges"] = judges
+    outages = [outage for session in sessions for outage in session.get("replica_outages") or ()]
+    if outages:
+        summary["replicas"] = replicas_over(outages)
     order = ("rollouts", "reward", "reward_by_rollout_index", "pass_threshold", "pass_at_k", "pass_power_k")
     order += ("pass_k_examples", "metrics", "errors_by_type", "error_examples", "masked_by_kind", "masked_examples")
-    order += ("usage", "latency", "timing", "replay", "by_env", "judges", "token_ids", "training")
+    order += ("usage", "latency", "timing", "replay", "by_env", "judges", "replicas", "token_ids", "training")
     summary = {key: summary[key] for key in order if key in summary}
     return {
         "run_id": folder.run_id if folder else None,
@@ -116,6 +119,19 @@ def changed_sources(saved: Mapping[str, Any], names: Iterable[str]) -> list[str]
                 f"{before.get('fingerprint')} → {after['fingerprint']}): the rollouts still to run use the new code"
             )
     return notes
+
+
+def replicas_over(outages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per ``-b`` replica that was out of the rotation (sessions' ``replica_outages``, in order): how many times,
+    for how long in all, whether it was still out when the run ended, and why it last left."""
+    by_replica: dict[str, dict[str, Any]] = {}
+    for outage in outages:
+        entry = by_replica.setdefault(outage["replica"], {"replica": outage["replica"], "outages": 0, "seconds": 0.0})
+        entry["outages"] += 1
+        entry["seconds"] = round(entry["seconds"] + float(outage.get("seconds") or 0.0), 3)
+        entry["still_down"] = not outage.get("rejoined", False)
+        entry["reason"] = outage.get("reason")
+    return list(by_replica.values())
 
 
 def _judges_over(sessions: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -112,6 +112,15 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
             f"{judge['failed']} failed",
             f"tokens in {judge.get('input_tokens', 0):,} out {judge.get('output_tokens', 0):,} (not in Tokens)",
         )
+    for position, replica in enumerate(s.get("replicas") or ()):
+        row(
+            "Replicas" if position == 0 else "",
+            f"{replica['replica']} out of the rotation {plural(replica['outages'], 'time')}, "
+            f"{fmt_seconds(replica['seconds'])} in all"
+            + (" (still down at the end)" if replica.get("still_down") else " (rejoined)"),
+        )
+    if s.get("replicas"):
+        row("", "its rollouts' calls went to the live replicas (see Troubleshooting: a replica dies)")
     if s.get("token_ids"):
         figures, _, fix = describe_token_ids(s["token_ids"]).partition("; ")
         row("Token IDs", figures)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .._factory import NeMoGymEnv
     from .._harness import NeMoGymHarness
     from .._replay import ReplayServer
+    from .._replicas import Replicas
     from .._result import RolloutResult
     from .._scale import NeMoGymPool
     from .._tasks import Task
@@ -76,6 +77,8 @@ class Evaluation:
         """Replay: each task's recorded reward, which its rollouts must reproduce."""
         self.judges: dict[str, dict[str, Any]] = {}
         """Judge name → where its calls went, how many, failed, tokens (this session)."""
+        self.replicas: Replicas | None = None
+        """With several ``-b`` URLs: the replicas and their health (which were out of the rotation, how long)."""
 
     def load(self) -> RunTasks:
         """Build the environments' tasksets and harnesses (raises ConfigurationError on bad input).
@@ -254,8 +257,9 @@ class Evaluation:
         """The (task_index, rollout_index) pairs of the run (numbered, not listed)."""
         return self.tasks.expected
 
-    def _endpoints(self) -> Endpoint | list[Endpoint] | Callable[[Task], Endpoint] | None:
+    def _endpoints(self) -> Endpoint | Replicas | Callable[[Task], Endpoint] | None:
         from .._endpoint import Endpoint
+        from .._replicas import Replicas
 
         s = self.settings
         if self.training is not None:
@@ -269,7 +273,11 @@ class Evaluation:
             )
             for url in s.base_url.split(",")
         ]
-        return replicas[0] if len(replicas) == 1 else replicas  # replicas: the least-loaded one first
+        if len(replicas) == 1:
+            return replicas[0]
+        if self.replicas is None:  # the least-loaded live one first; one that does not connect is left
+            self.replicas = Replicas(replicas)
+        return self.replicas
 
     async def start(self, observer: RunObserver) -> None:
         """Start the Gym stack (shown as its own step)."""
@@ -319,7 +327,13 @@ class Evaluation:
             self.timing.rollouts_s = time.monotonic() - started
             self._count_judge_calls()
 
+    def replica_outages(self) -> list[dict[str, Any]]:
+        """This session's outages of the ``-b`` replicas (which, when, how long, why), in the order they began."""
+        return [outage.to_dict() for outage in self.replicas.outages()] if self.replicas is not None else []
+
     async def aclose(self) -> None:
+        if self.replicas is not None:
+            self.replicas.close()
         if self._replay is not None:
             self._replay.stop()
             self._replay = None

@@ -22,23 +22,34 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
 
 from .._endpoint import Endpoint, is_loopback
-from .._exceptions import ConfigurationError, UpstreamConversionError, UpstreamError, UpstreamInternalError
+from .._exceptions import (
+    ConfigurationError,
+    UpstreamConnectionError,
+    UpstreamConversionError,
+    UpstreamError,
+    UpstreamInternalError,
+    UpstreamTimeout,
+)
 from .._protocol import dumps, loads
 from .._serving import LoopThreadServer
 from .._signals import at_exit
 from .._upstreams import ChatCompletionsUpstream, ResponsesUpstream, Upstream, UpstreamReply
 from .._upstreams.exact_tokens import ExactTokensUpstream
+from .._upstreams.http import FAIL_FAST_UNREACHABLE
 from .config import ProxyConfig
 from .ports import RoutePorts
 from .route import CallInFlight, Route
 from .route_key import ROUTE_METADATA_KEY, new_route_key, route_key_of
 from .trace import PolicyCall
+
+if TYPE_CHECKING:
+    from .._replicas import Lease
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +183,7 @@ class RoutingProxy(LoopThreadServer):
         upstream: Upstream | None = None,
         on_call: Callable[[PolicyCall], None] | None = None,
         record_requests: bool | None = None,
+        lease: Lease | None = None,
     ) -> Route:
         """Open a route to ``endpoint`` under a fresh 192-bit key; thread-safe.
 
@@ -180,12 +192,14 @@ class RoutingProxy(LoopThreadServer):
         ``endpoint.api``. ``on_call`` runs on the proxy's thread after each
         call is recorded; keep it short. ``record_requests=False`` keeps the recorded requests
         without their conversation (``input``/``messages``), which otherwise grows quadratically
-        with the number of turns; default: the proxy's ``record_requests``.
+        with the number of turns; default: the proxy's ``record_requests``. ``lease``: the rollout's hold on one of
+        several replicas (``Replicas.acquire``; ``endpoint`` is where it stands now): a call whose replica does
+        not connect (or times out) is sent again to a live replica, and the route stays there.
         """
         chosen = upstream if upstream is not None else self.upstream_for(endpoint)
         key = new_route_key()
         record = self.config.record_requests if record_requests is None else record_requests
-        route = Route(self, key, endpoint, chosen, sampling_args, on_call, record)
+        route = Route(self, key, endpoint, chosen, sampling_args, on_call, record, lease, upstream is not None)
         with self._lock:
             self._routes[key] = route
         return route
@@ -295,7 +309,8 @@ class RoutingProxy(LoopThreadServer):
                 "stream=true is not supported by the verifiers-nemo proxy; Gym agents call the policy "
                 "without streaming.",
             )
-        return await self._forward(route, route.body_for_upstream(body))
+        resend = dumps(body) if route.lease is not None else None  # upstreams change the body they are given
+        return await self._forward(route, route.body_for_upstream(body), resend=resend)
 
     async def _handle_judge_chat(self, request: web.Request) -> web.Response:
         """A judge that asks in Chat Completions (e.g. simpleqa's ``use_chat_completions_for_judge``): passed
@@ -310,13 +325,18 @@ class RoutingProxy(LoopThreadServer):
             return _error_response(400, "invalid_request", "Expected a non-streaming Chat Completions request.")
         return await self._forward(route, route.body_for_upstream(body), chat=True)
 
-    async def _forward(self, route: Route, body: dict[str, Any], *, chat: bool = False) -> web.Response:
+    async def _forward(
+        self, route: Route, body: dict[str, Any], *, chat: bool = False, resend: bytes | None = None
+    ) -> web.Response:
         """Answer ``body`` through the route's upstream and record the call (``chat``: a Chat Completions
-        request handed on as it is, its answer too, whatever its status)."""
+        request handed on as it is, its answer too, whatever its status; ``resend``: the agent's request as it
+        came, for another replica)."""
         session = self._session
         assert session is not None
         if chat:
             call = _pass_chat(route.upstream, session, route.endpoint, body)
+        elif route.lease is not None and resend is not None:
+            call = _on_replicas(route, route.lease, session, body, resend)
         else:
             call = route.upstream.create_response(session, route.endpoint, body)
         task = asyncio.ensure_future(call)
@@ -357,6 +377,36 @@ class RoutingProxy(LoopThreadServer):
         return _error_response(
             status, error.type, error.message, kind=error.kind, upstream_status=error.upstream_status, attempts=attempts
         )
+
+
+async def _on_replicas(
+    route: Route, lease: Lease, session: aiohttp.ClientSession, body: dict[str, Any], resend: bytes
+) -> UpstreamReply:
+    """The call on the rollout's replica; when that replica does not connect (or times out), it leaves the
+    rotation and the call is sent again, as the agent sent it, to a live one (where the route stays). While
+    another replica is live a failed connection is not retried on the same one; the last one left gets the
+    usual retries. A call moves at most twice per replica (replicas that leave and rejoin while it moves)."""
+    moves_left = 2 * len(lease.replicas.endpoints)
+    while True:
+        endpoint = route.endpoint
+        alone = not lease.replicas.live_besides(endpoint)
+        token = FAIL_FAST_UNREACHABLE.set(not alone)
+        try:
+            reply = await route.upstream.create_response(session, endpoint, body)
+        except (UpstreamConnectionError, UpstreamTimeout) as exc:
+            moved = lease.fail_over(endpoint, f"{exc.kind}: {exc.message}")
+            moves_left -= 1
+            if moved is None or moves_left < 0:
+                raise
+            route.failed_over.append(endpoint.label)
+            route.retarget(moved, route.upstream if route.fixed_upstream else None)
+            logger.info("policy call of route %s… moved from %s to %s", route.key[:10], endpoint.label, moved.label)
+            body = route.body_for_upstream(loads(resend))
+            continue
+        finally:
+            FAIL_FAST_UNREACHABLE.reset(token)
+        lease.answered(endpoint)
+        return reply
 
 
 async def _pass_chat(

@@ -19,6 +19,7 @@ from .route_key import drop_route_metadata
 from .trace import PolicyCall
 
 if TYPE_CHECKING:
+    from .._replicas import Lease
     from .proxy import RoutingProxy
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ class Route:
         sampling_args: Mapping[str, Any] | None,
         on_call: Callable[[PolicyCall], None] | None,
         record_requests: bool,
+        lease: Lease | None = None,
+        fixed_upstream: bool = False,
     ) -> None:
         self._proxy = proxy
         self.record_requests = record_requests
@@ -65,6 +68,13 @@ class Route:
         its calls are taken by whoever counts them); None: all of them (a rollout's route)."""
         self.dropped_calls = 0
         """Calls recorded and dropped since, beyond ``keep_calls``."""
+        self.lease = lease
+        """The rollout's hold on one of several replicas (``Replicas``): a call whose replica does not answer
+        moves to a live one, and so do the later calls. None: one endpoint."""
+        self.fixed_upstream = fixed_upstream
+        """``upstream`` was given (it stays when the route moves to another replica)."""
+        self.failed_over: list[str] = []
+        """The replicas this route's calls left because they did not answer (labels, in order)."""
         self._sampling_args = sampling_args
         self._defaults = {
             **_flatten_sampling_args(endpoint.sampling_args),

@@ -22,7 +22,12 @@ class WorkerHandle(Protocol):
     async def start(self, secrets: Sequence[str], replay_tasks: Sequence[Task] | None) -> dict[str, Any]: ...
 
     async def rollout(
-        self, task: Task, endpoint: Endpoint | None, sampling_args: dict[str, Any] | None, timeout: float | None
+        self,
+        task: Task,
+        endpoint: Endpoint | None,
+        sampling_args: dict[str, Any] | None,
+        timeout: float | None,
+        replicas: tuple[Endpoint, ...] | None = None,
     ) -> RolloutResult: ...
 
     async def judge_calls(self) -> dict[str, list[Any]]: ...
@@ -42,9 +47,14 @@ class LocalWorker:
         return await self.worker.start(secrets, replay_tasks)
 
     async def rollout(
-        self, task: Task, endpoint: Endpoint | None, sampling_args: dict[str, Any] | None, timeout: float | None
+        self,
+        task: Task,
+        endpoint: Endpoint | None,
+        sampling_args: dict[str, Any] | None,
+        timeout: float | None,
+        replicas: tuple[Endpoint, ...] | None = None,
     ) -> RolloutResult:
-        return await self.worker.rollout(task, endpoint, sampling_args, timeout)
+        return await self.worker.rollout(task, endpoint, sampling_args, timeout, replicas)
 
     async def judge_calls(self) -> dict[str, list[Any]]:
         return self.worker.judge_calls()

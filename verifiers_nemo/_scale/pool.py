@@ -175,9 +175,11 @@ class NeMoGymPool:
         endpoint: Endpoint | None,
         sampling_args: dict[str, Any] | None = None,
         timeout: float | None = None,
+        replicas: tuple[Endpoint, ...] | None = None,
     ) -> RolloutResult:
         """One rollout on the least-loaded live worker of its environment; retried once elsewhere if that
-        worker dies. Never raises for a rollout failure (the result carries a typed error)."""
+        worker dies. Never raises for a rollout failure (the result carries a typed error). ``replicas``: the
+        endpoints ``endpoint`` is one of, among which the worker moves calls that do not connect."""
         await self.astart()
         env = self._env_of(task)
         tried: list[Seat] = []
@@ -188,7 +190,7 @@ class NeMoGymPool:
             if seat is None:
                 break
             try:
-                result = await seat.handle.rollout(task, endpoint, sampling_args, timeout)
+                result = await seat.handle.rollout(task, endpoint, sampling_args, timeout, replicas)
                 seat.done += 1
                 return result
             except WorkerLost as exc:
@@ -222,25 +224,38 @@ class NeMoGymPool:
         timeout: float | None = None,
     ) -> AsyncIterator[RolloutResult]:
         """Run ``tasks`` with at most ``concurrency`` in flight over all workers; yield results as they
-        finish. ``endpoints``: one, a list (least loaded first), a function of the task, or ``None`` after
-        ``use_replay``."""
+        finish. ``endpoints``: one, a list of replicas or a ``Replicas`` (the least-loaded live one first), a
+        function of the task, or ``None`` after ``use_replay``.
+
+        With replicas, two views of their health: each worker moves its own calls off a replica that does not
+        connect, on its own view (a call cannot wait for a word from this process, and a replica may be reachable
+        from one node and not another); this process places each rollout on its view, which a result whose
+        calls moved off a replica updates (``RolloutResult.failed_over``), and which probes that replica."""
         check_concurrency(concurrency)
-        picker = EndpointPicker(endpoints)
         if endpoints is None and self._replay_tasks is None:
             raise ConfigurationError("endpoints=None replays recordings: call use_replay(tasks) first.")
+        picker = EndpointPicker(endpoints)
+        replicas = tuple(picker.replicas.endpoints) if picker.replicas is not None else None
         self.add_secrets(*(e.secret_key for e in picker.known if e.secret_key))
-        await self.astart()
 
         async def run_one(task: Task) -> RolloutResult:
-            endpoint, release = picker.acquire(task)
+            started_at = time.time()
+            pick = picker.acquire(task)
             try:
-                return await self.rollout(task, endpoint, sampling_args, timeout)
+                result = await self.rollout(task, pick.endpoint, sampling_args, timeout, replicas)
             finally:
-                release()
+                pick.release()
+            if picker.replicas is not None:
+                for label in result.failed_over:
+                    where = result.worker or "a worker"
+                    picker.replicas.report_down(label, f"a call on {where} moved off it", seen_at=started_at)
+            return result
 
-        judged = any((seat.info or {}).get("judges") for seat in self._seats)
+        judged = False
         count = 0
         try:
+            await self.astart()
+            judged = any((seat.info or {}).get("judges") for seat in self._seats)
             async with contextlib.aclosing(stream_rollouts(tasks, run_one, concurrency)) as stream:
                 async for result in stream:
                     count += 1
@@ -248,6 +263,7 @@ class NeMoGymPool:
                         await self._collect_judge_calls()  # the workers' judge routes keep only the latest
                     yield result
         finally:
+            picker.close()
             await self._collect_judge_calls()
 
     # -- judges ----------------------------------------------------------------------------------

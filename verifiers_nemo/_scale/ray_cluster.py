@@ -76,11 +76,16 @@ class RayWorker:
         return {**info, "node_id": self.node_id}
 
     async def rollout(
-        self, task: Task, endpoint: Endpoint | None, sampling_args: dict[str, Any] | None, timeout: float | None
+        self,
+        task: Task,
+        endpoint: Endpoint | None,
+        sampling_args: dict[str, Any] | None,
+        timeout: float | None,
+        replicas: tuple[Endpoint, ...] | None = None,
     ) -> RolloutResult:
         ray = _ray()
         try:
-            result = await self.actor.rollout.remote(task, endpoint, sampling_args, timeout)
+            result = await self.actor.rollout.remote(task, endpoint, sampling_args, timeout, replicas)
         except ray.exceptions.RayActorError as exc:
             raise WorkerLost(f"the {self.label} died during the rollout: {_first_line(exc)}") from None
         except ray.exceptions.RayError as exc:  # the rollout raised in the actor: not expected, but typed

@@ -54,14 +54,23 @@ class StackWorker:
         }
 
     async def rollout(
-        self, task: Task, endpoint: Endpoint | None, sampling_args: dict[str, Any] | None, timeout: float | None
+        self,
+        task: Task,
+        endpoint: Endpoint | None,
+        sampling_args: dict[str, Any] | None,
+        timeout: float | None,
+        replicas: tuple[Endpoint, ...] | None = None,
     ) -> RolloutResult:
-        """One rollout (``endpoint=None``: the replay of ``task``'s recording); the pool's handles pass all four."""
+        """One rollout (``endpoint=None``: the replay of ``task``'s recording); the pool's handles pass all five.
+        ``replicas``: the run's replicas of the policy, whose calls move among them on this worker's own view of
+        their health (the harness keeps one per list)."""
         if endpoint is None:
             if self._replay is None:
                 raise RuntimeError("this worker was started without replay tasks; pass an endpoint")
             endpoint = self._replay.endpoint_for(task)
-        return await self.harness.rollout(task, endpoint, sampling_args, timeout, _queued_at=time.monotonic())
+        return await self.harness.rollout(
+            task, endpoint, sampling_args, timeout, replicas=replicas, _queued_at=time.monotonic()
+        )
 
     def judge_calls(self) -> dict[str, list[Any]]:
         """The judge calls recorded since the last call, by judge name."""

@@ -4,6 +4,7 @@ skeleton both HTTP upstreams share (send, map a context overflow or a refusal, r
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,12 @@ RETRY_STATUSES = frozenset({408, 429})
 # Phrases upstreams use when the prompt does not fit the model's context (vLLM, OpenAI, SGLang).
 _CONTEXT_OVERFLOW_HINTS = ("context length", "context_length", "context window", "maximum context")
 _SNIPPET_CHARS = 300
+
+FAIL_FAST_UNREACHABLE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "verifiers_nemo_fail_fast_unreachable", default=False
+)
+"""Set (in the calling task's context) while another replica could answer the call: a connection that fails or
+is not established in time is raised at once, not retried here (the caller moves the call; ``_replicas``)."""
 
 
 @dataclass(slots=True)
@@ -89,7 +96,8 @@ async def post_json(
 
     Returns the first non-retryable answer (2xx, 4xx, or a refusal no retry can change: ``refusals``), or raises
     ``UpstreamHTTPError`` / ``UpstreamTimeout`` / ``UpstreamConnectionError`` once the retries or the time budget
-    are spent. ``secret`` is scrubbed from every message.
+    are spent (a connection failure at once while ``FAIL_FAST_UNREACHABLE`` is set). ``secret`` is scrubbed from
+    every message.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + retry.timeout
@@ -101,6 +109,7 @@ async def post_json(
         retry_after: float | None = None
         status: int | None = None
         failure: type[UpstreamError]
+        unreachable = False
         try:
             async with session.post(url, data=payload, headers=headers, timeout=timeout) as resp:
                 status = resp.status
@@ -117,11 +126,13 @@ async def post_json(
                 problem = f"no complete answer within {retry.timeout:g} s"
             else:
                 problem = f"connection not established within {retry.connect_timeout:g} s"
+                unreachable = True
         except aiohttp.ClientError as exc:
             failure, problem = UpstreamConnectionError, _redact(f"{type(exc).__name__}: {exc}", secret)
+            unreachable = isinstance(exc, aiohttp.ClientConnectionError)
         remaining = deadline - loop.time()
         delay = retry.delay(attempt, retry_after)
-        if attempt > retry.max_retries or delay >= remaining:
+        if attempt > retry.max_retries or delay >= remaining or (unreachable and FAIL_FAST_UNREACHABLE.get()):
             tries = f"{attempt} attempt{'s' if attempt > 1 else ''}"
             raise failure(
                 f"{url} failed after {tries}: {problem}",
