@@ -22,7 +22,7 @@ from ._exceptions import (
     StackStartError,
     UpstreamError,
 )
-from ._gym import POLICY_MODEL, merged_configs, server_instances
+from ._gym import POLICY_MODEL, canonical_reference, merged_configs, server_instances
 from ._judge.router import JudgeRouter
 from ._replicas import Lease, Replicas
 from ._result import RolloutResult
@@ -122,7 +122,8 @@ class NeMoGymHarness:
         gym_python, gym_version = harness_runtime(taskset, gym_python, gym_version)  # the taskset's, if none here
         if nemo_env is None and not config_paths:
             raise ConfigurationError("NeMoGymHarness needs nemo_env=, taskset= or config_paths=.")
-        self.env_name = nemo_env or Path(str(config_paths[0])).stem  # type: ignore[index]
+        # a folder of yours by its absolute path (what its tasks carry, what Ray workers are sent)
+        self.env_name = canonical_reference(nemo_env) if nemo_env else Path(str(config_paths[0])).stem  # type: ignore[index]
         self.taskset = taskset
         self.default_agent = agent
         self.timeout = timeout

@@ -9,6 +9,10 @@ the calls of the other node: that node's rollouts are in flight when every proce
 The eval must finish with every row saved once and every recorded reward reproduced (the lost rollouts retried on
 the head's actor), and nothing of the dead node left.
 
+The environment runs as a folder of the user's own (docs/guides/own-environment.md, "Ray"): a copy of the guide's
+``example_multi_step`` outside the Gym install, named by its path (which wins over the packaged name), at the same
+path on both nodes as a shared filesystem gives it.
+
 Only addresses inside the namespaces made here, and their loopback, are used: nothing binds the machine's own
 network. Needs root (``ip netns``), as CI runs.
 """
@@ -148,7 +152,17 @@ def _block() -> tuple[str, str]:
     return block.code, next(m.group(1) for m in reasons if m)
 
 
-def _lines(code: str, head: Node) -> list[tuple[str, tuple[str, ...]]]:
+def _own_copy(folder: Path) -> Path:
+    """The guide's environment as a folder of the user's own: a copy outside the Gym install (the same files)."""
+    from verifiers_nemo import get_environment
+
+    packaged = get_environment(ENV)
+    copy = folder / "project" / "resources_servers" / ENV
+    shutil.copytree(packaged.directory, copy, ignore=shutil.ignore_patterns("__pycache__", ".venv"))
+    return copy
+
+
+def _lines(code: str, head: Node, env: str = ENV) -> list[tuple[str, tuple[str, ...]]]:
     """Each line of the block with the nodes its comment names, placeholders substituted (NODE_IP: per node)."""
     placeholders = {
         "HEAD_IP": head.address,
@@ -156,6 +170,7 @@ def _lines(code: str, head: Node) -> list[tuple[str, tuple[str, ...]]]:
         "Qwen/Qwen3-8B": "replay",
         "--api chat": "--api responses",  # the stand-in is the replay server's app: the Responses API only
         "16": str(WORKERS),
+        ENV: env,  # last: the folder's path is substituted into nothing else
     }
     lines = []
     for raw in code.strip().splitlines():
@@ -166,9 +181,9 @@ def _lines(code: str, head: Node) -> list[tuple[str, tuple[str, ...]]]:
     return lines
 
 
-def _start_policy(head: Node, folder: Path, hold: str) -> subprocess.Popen[str]:
+def _start_policy(head: Node, folder: Path, hold: str, env: str = ENV) -> subprocess.Popen[str]:
     """The stand-in vLLM in the head's namespace (tests/e2e/held_replay.py); ``_listening`` waits for it."""
-    argv = [sys.executable, str(ROOT / "tests/e2e/held_replay.py"), ENV, head.address, str(POLICY_PORT)]
+    argv = [sys.executable, str(ROOT / "tests/e2e/held_replay.py"), env, head.address, str(POLICY_PORT)]
     argv += [str(folder / "calls"), hold, str(folder / "policy.ready")]
     with (folder / "policy.log").open("w") as log:  # the child keeps its own copy of the file
         return subprocess.Popen(
@@ -199,10 +214,11 @@ def test_the_readme_multi_node_block_loses_nothing_when_a_node_dies_mid_run(
     folder = head.folder.parent
     run_dir = folder / "run"
     run_dir.mkdir()
-    policy = _start_policy(head, folder, hold=worker.address)  # starts while the nodes do
+    own = str(_own_copy(folder))
+    policy = _start_policy(head, folder, hold=worker.address, env=own)  # starts while the nodes do
 
     eval_proc = None
-    for line, where in _lines(code, head):
+    for line, where in _lines(code, head, own):
         if (head.home / ".ray/auth_token").exists() and not (worker.home / ".ray/auth_token").exists():
             (worker.home / ".ray").mkdir()  # "copy its ~/.ray/auth_token to every node"
             shutil.copy(head.home / ".ray/auth_token", worker.home / ".ray/auth_token")
@@ -234,8 +250,9 @@ def test_the_readme_multi_node_block_loses_nothing_when_a_node_dies_mid_run(
     assert eval_proc.returncode == 0, f"{out[-3000:]}\n{err[-3000:]}"
     assert _callers(folder) == {head.address, worker.address}  # actors on both nodes ran rollouts
     assert "is gone" in err  # the pool saw the worker node's actor die
-    recorded = {_input(t): t.recorded_reward for t in NeMoGymTaskset(ENV, recorded=True)}
-    dataset = list(NeMoGymTaskset(ENV))
+    assert f"your folder {own}" in out  # the copy ran, not the packaged environment
+    recorded = {_input(t): t.recorded_reward for t in NeMoGymTaskset(own, recorded=True)}
+    dataset = list(NeMoGymTaskset(own))
     [results] = run_dir.glob("outputs/evals/*/*/results.jsonl")
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert sorted(r["task_index"] for r in rows) == list(range(len(dataset)))  # every row saved, once

@@ -13,6 +13,7 @@ from typing import Any
 from .._dispatch import EndpointChoice, EndpointPicker, check_concurrency, stream_rollouts
 from .._endpoint import Endpoint
 from .._exceptions import ConfigurationError, WorkerLost
+from .._gym import canonical_reference
 from .._result import RolloutResult
 from .._tasks import Task
 from .handles import LocalWorker, WorkerHandle
@@ -55,6 +56,7 @@ class NeMoGymPool:
         if isinstance(envs, str):
             envs = [envs]
         per_env = dict(envs) if isinstance(envs, Mapping) else {name: {} for name in envs}
+        per_env = {canonical_reference(name): own for name, own in per_env.items()}  # folders of yours: by path
         if not per_env:
             raise ConfigurationError("NeMoGymPool needs at least one environment.")
         self.env_args = {name: {**harness_args, **dict(own)} for name, own in per_env.items()}
