@@ -205,3 +205,50 @@ def write_weather_env(
 def recorded_rewards(folder: Path) -> list[float]:
     lines = (folder / "data" / "example_rollouts.jsonl").read_text().splitlines()
     return [json.loads(line)["reward"] for line in lines if line.strip()]
+
+
+JUDGED_APP = (
+    WEATHER_APP.replace(
+        "class CityWeatherConfig(BaseResourcesServerConfig):\n    pass",
+        "class CityWeatherConfig(BaseResourcesServerConfig):\n    judge_model_server: ModelServerRef",
+    )
+    .replace(
+        "from nemo_gym.base_resources_server import (",
+        "from nemo_gym.config_types import ModelServerRef\nfrom nemo_gym.server_utils import get_response_json\n"
+        "from nemo_gym.base_resources_server import (",
+    )
+    .replace(
+        "        reward = 1.0 if asked == body.expected_city else 0.0\n",
+        "        final = body.response.output[-1].content[0].text if body.response.output else ''\n"
+        "        asking = f'Expected: {body.expected_city}. Answer: {final}'\n"
+        "        question = {'input': [{'role': 'user', 'content': asking}]}\n"
+        "        answer = await self.server_client.post(\n"
+        "            server_name=self.config.judge_model_server.name, url_path='/v1/responses', json=question\n"
+        "        )\n"
+        "        verdict = (await get_response_json(answer))['output'][-1]['content'][0]['text']\n"
+        "        reward = 1.0 if verdict.strip().lower() == 'yes' else 0.0\n",
+    )
+)
+"""The weather environment scored by a judge model server of its config (``judge_model``), as Gym's judge
+environments are: ``verify`` asks the judge whether the answer is about the expected city."""
+
+JUDGE_ENTRY = """judge_model:
+  responses_api_models:
+    openai_model:
+      entrypoint: app.py
+      openai_base_url: ${oc.env:MY_JUDGE_BASE_URL,MISSING}
+      openai_api_key: ${oc.env:MY_JUDGE_API_KEY,MISSING}
+      openai_model: ${oc.env:MY_JUDGE_MODEL,MISSING}
+"""
+
+
+def write_judged_env(root: Path, name: str = "judged_weather") -> Path:
+    """``write_weather_env`` scored by a judge (``JUDGED_APP``; the config's ``judge_model`` server)."""
+    folder = write_weather_env(root, name, app=JUDGED_APP)
+    config = folder / "configs" / f"{name}.yaml"
+    server = "      description: A user's own tool environment"
+    text = config.read_text().replace(
+        server, server + "\n      judge_model_server:\n        type: responses_api_models\n        name: judge_model"
+    )
+    config.write_text(text + JUDGE_ENTRY)
+    return folder

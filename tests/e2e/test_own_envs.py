@@ -269,3 +269,66 @@ def test_gym_s_own_collection_of_your_folder_replays(project: Path) -> None:
     code, output = _run("eval", "./resources_servers/city_weather", cwd=project)
     assert code == 0, output[-3000:]
     assert "5/5 rewards equal the recorded ones" in output
+
+
+def test_extra_requirements_install_once_by_content_and_an_edit_of_them_rebuilds(tmp_path: Path) -> None:
+    """A server needing a package the Gym runtime lacks runs in an environment derived from the runtime, keyed by
+    the requirements' content: prepared once (an edit of app.py reuses it), rebuilt when the requirements change,
+    and the eval replays its recordings with the package imported."""
+    app = WEATHER_APP.replace("from fastapi import FastAPI", "import xmltodict\nfrom fastapi import FastAPI")
+    app = app.replace(
+        'WEATHER_WORD + " in " + body.city', 'xmltodict.parse("<w>" + WEATHER_WORD + "</w>")["w"] + " in " + body.city'
+    )
+    folder = write_weather_env(tmp_path, "with_deps", requirements="xmltodict==1.0.2\n", app=app)
+
+    first = _run("prepare", str(folder), "-v", cwd=tmp_path)
+    (folder / "app.py").write_text(app + "\n# edited\n")
+    again = _run("prepare", str(folder), "-v", cwd=tmp_path)
+    (folder / "requirements.txt").write_text("xmltodict==1.0.2\ntoml\n")
+    changed = _run("prepare", str(folder), "-v", cwd=tmp_path)
+
+    assert [code for code, _ in (first, again, changed)] == [0, 0, 0], first[1] + again[1] + changed[1]
+    assert "with_deps: ready (extra packages in 1 server environment" in first[1]
+    assert "Installing" not in again[1] and "Installing" in changed[1], again[1] + changed[1]
+    code, output = _run("eval", str(folder), cwd=tmp_path)
+    assert code == 0, output[-3000:]
+    assert "5/5 rewards equal the recorded ones" in output
+
+
+async def test_a_judge_of_your_folder_s_config_is_routed_to_the_judge_you_give(tmp_path: Path) -> None:
+    """A folder whose verify asks a judge model server of its own config: its judge calls reach the judge given
+    (with the judge's key, which no Gym process sees), the policy's calls the policy, and the judge's verdict is
+    the reward."""
+    from tests.e2e.policies import PolicyServer, function_call, message, tool_results, user_text
+    from tests.own_envs import write_judged_env
+    from verifiers_nemo import Endpoint, NeMoGymHarness, NeMoGymTaskset
+
+    folder = write_judged_env(tmp_path)
+    tasks = NeMoGymTaskset(str(folder))
+
+    async def policy(body: dict[str, Any], request: Any) -> list[dict[str, Any]]:
+        city = user_text(body).removeprefix("What is the weather in ").rstrip("?")
+        asked = "Atlantis" if city == "Oslo" else city
+        return (
+            [message(f"It is sunny in {asked}.")]
+            if tool_results(body)
+            else [function_call("get_weather", {"city": asked})]
+        )
+
+    async def judge(body: dict[str, Any], request: Any) -> list[dict[str, Any]]:
+        expected, _, answer = user_text(body).removeprefix("Expected: ").partition(". Answer: ")
+        return [message("yes" if expected in answer else "no")]
+
+    async with PolicyServer(policy) as policy_server, PolicyServer(judge, "judge") as judge_server:
+        policy_ep = Endpoint(base_url=policy_server.base_url, model="pol", api_key="policy-key-0a1b")
+        judge_ep = Endpoint(base_url=judge_server.base_url, model="jud", api_key="judge-key-2c3d")
+        async with NeMoGymHarness(str(folder), judge=judge_ep, timeout=120) as harness:
+            results = [r async for r in harness.run(tasks, policy_ep, concurrency=5)]
+            assert harness.judges.names == ("judge_model",)
+
+    assert [r.error for r in results] == [None] * 5
+    assert {tasks[r.task_index].row["expected_city"]: r.reward for r in results} == {
+        "Paris": 1.0, "Lima": 1.0, "Oslo": 0.0, "Cairo": 1.0, "Quito": 1.0,
+    }  # fmt: skip
+    assert judge_server.calls == 5 and judge_server.authorizations == {"Bearer judge-key-2c3d"}
+    assert policy_server.calls == 10 and policy_server.authorizations == {"Bearer policy-key-0a1b"}
