@@ -381,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--save-trace",
         action="store_true",
         default=None,
-        help="also save each rollout's policy calls (requests, responses, token ids; implies -s)",
+        help="also save each rollout's policy calls (requests, responses, token ids) and Gym's own record of it "
+        "(gym_result: its results.jsonl then replays as recordings, -a jsonl_path=; implies -s)",
     )
     out.add_argument(
         "--pass-threshold",

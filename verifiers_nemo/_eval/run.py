@@ -349,7 +349,8 @@ class Evaluation:
         recorded, whether they are contiguous: ``token_ids``)."""
         from .token_ids import rollout_token_ids
 
-        record = result.to_dict(include_trace=self.settings.save_trace)
+        save = self.settings.save_trace  # the calls, and Gym's own record (a recording: replayable as Gym's are)
+        record = result.to_dict(include_trace=save, include_gym_result=save)
         token_ids = rollout_token_ids(result.trace)
         if token_ids is not None:
             record["token_ids"] = token_ids

@@ -799,7 +799,12 @@ def _peek_recordings(path: Path) -> tuple[bool, str | None]:
         row = json.loads(first)
     except ValueError:
         return False, f"{EXAMPLE_ROLLOUTS}: not JSON lines, placeholder rows?"
-    if isinstance(row, dict) and "response" not in row and "trace" in row and "completion" in row:
+    if (
+        isinstance(row, dict)
+        and "response" not in row
+        and ("gym_result" in row or "trace" in row)
+        and "completion" in row
+    ):
         return row.get("reward") is not None, None  # a run of ours saved with --save-trace (``as_recording``)
     if not isinstance(row, dict) or "response" not in row or "reward" not in row:
         return False, f"{EXAMPLE_ROLLOUTS}: no recordings, its rows have no response and reward"

@@ -1,7 +1,8 @@
 """A run's own saved results read back as recordings: ``verifiers-nemo eval --save-trace`` keeps each rollout's
-policy calls (the Responses request the Gym agent sent and the reply it got), from which the rollout is rebuilt as
-Gym's rollout collection writes one (``responses_create_params``, the whole ``response.output``, ``reward``), so a
-saved run replays like ``data/example_rollouts.jsonl`` or ``ng_collect_rollouts`` output."""
+``gym_result``, the Gym agent's own reply (what Gym's rollout collection writes: ``responses_create_params``, the whole
+``response``, ``reward`` and the row's fields), so a saved run replays like ``data/example_rollouts.jsonl`` or
+``ng_collect_rollouts`` output. A result saved before it kept ``gym_result`` is rebuilt from its policy calls when
+they were Responses requests (the Gym agent's own)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,16 @@ def as_recording(row: Any) -> Any:
             "a saved rollout that failed or has no reward is no recording",
             "replay the rollouts that were scored (drop this line, or filter on error == null)",
         )
+    agent_ref = {"agent_ref": {"type": "responses_api_agents", "name": row["agent"]}} if row.get("agent") else {}
+    gym = row.get("gym_result")
+    if isinstance(gym, dict) and isinstance(gym.get("responses_create_params"), dict) and "response" in gym:
+        return {**gym, "reward": row["reward"], **agent_ref}
     calls = [c for c in row.get("trace") or () if isinstance(c, dict) and c.get("request") and c.get("response")]
+    if calls and "input" not in calls[0]["request"]:
+        raise RowError(
+            "a saved result whose policy calls are Chat Completions requests (--api chat), saved without gym_result",
+            "save the runs you mean to replay with this release's --save-trace (it keeps gym_result, any --api)",
+        )
     if not calls:
         raise RowError(
             "a saved result without its policy calls (the run was saved without --save-trace)",
@@ -40,6 +50,4 @@ def as_recording(row: Any) -> Any:
         "response": {**last["response"], "output": output},
         "reward": row["reward"],
     }
-    if row.get("agent"):
-        recording["agent_ref"] = {"type": "responses_api_agents", "name": row["agent"]}
-    return recording
+    return recording | agent_ref
