@@ -2,7 +2,7 @@
 
 The public API is what this module exports; every other module is private.
 
-* ``NeMoGymTaskset`` / ``Task`` - a packaged Gym environment's JSONL tasks, or any JSONL file.
+* ``NeMoGymTaskset`` / ``Task`` - a Gym environment's JSONL tasks (packaged, or a folder of yours), or any JSONL file.
 * ``NeMoGymHarness`` - runs tasks as rollouts through one shared real Gym stack per process.
 * ``NeMoGymPool`` - the same over several stacks: a mix of environments, or Ray actors on many nodes.
 * ``Endpoint`` - the OpenAI-compatible inference server (Responses or Chat Completions) of a rollout.
@@ -13,7 +13,7 @@ The public API is what this module exports; every other module is private.
 * ``training_samples`` / ``TrainingSamples`` - a trace as the token sequences a trainer trains on (loss mask,
   logprobs), one when the rollout is contiguous (``Endpoint(exact_tokens=True)`` makes it so).
 * ``load_environment`` / ``NeMoGymEnv`` - the environment factory (``environments/nemo_gym_env``).
-* ``list_environments`` / ``get_environment`` / ``GymEnvironment`` - the catalogue of packaged environments.
+* ``list_environments`` / ``get_environment`` / ``GymEnvironment`` - the catalogue: packaged environments and yours.
 * Seams: ``RoutingProxy`` / ``ProxyConfig`` (``NeMoGymHarness(proxy=...)``), ``Upstream`` and
   ``FunctionUpstream`` (``rollout(..., upstream=...)``: a plain function answers), ``ReplayServer``
   (recorded rollouts served as a model: point an ``Endpoint`` at it).

@@ -84,7 +84,9 @@ def load_environment(
     seed: int = 0,
     **harness_args: Any,
 ) -> NeMoGymEnv:
-    """Load a packaged NeMo Gym environment: its tasks and a harness that runs them on the real stack.
+    """Load a NeMo Gym environment: its tasks and a harness that runs them on the real stack. ``nemo_env`` is a
+    packaged name, the path of an environment folder of yours (Gym's ``resources_servers/NAME`` layout) or of one of
+    its config YAMLs, or a name under ``VERIFIERS_NEMO_GYM_ROOT``.
 
     ``harness_args`` go to ``NeMoGymHarness`` (``gym_python``, ``gym_version``, ``timeout``, ``max_steps``,
     ``isolated_venvs``...); the tasks are read from the packaged data of that same Gym runtime. The stack starts

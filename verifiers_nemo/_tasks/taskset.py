@@ -37,7 +37,9 @@ class NeMoGymTaskset(Sequence[Task]):
     """Tasks of a NeMo Gym environment, from its packaged data or any JSONL file.
 
     * ``NeMoGymTaskset("example_multi_step")``: the environment's default dataset (its shipped
-      ``example`` dataset; see ``GymEnvironment.default_dataset``).
+      ``example`` dataset; see ``GymEnvironment.default_dataset``). An environment of yours is named by its
+      folder's path (``"./resources_servers/my_env"``, or a config YAML of it), or by name under
+      ``VERIFIERS_NEMO_GYM_ROOT``; ``env_name`` is then its absolute path.
     * ``dataset="validation"``: another dataset its configs name (by name, else by type).
     * ``recorded=True``: ``data/example_rollouts.jsonl``; each task keeps the recorded response and reward and is
       runnable as it is: the fields the resources server needs, which recordings do not keep, are put back from
