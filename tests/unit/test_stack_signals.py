@@ -286,3 +286,22 @@ def test_start_failure_summary_of_a_silent_server_says_it_printed_nothing(tmp_pa
     summary = failure_summary(_failed_launch_log(tmp_path, ""), "bigcodebench")
 
     assert summary == "Gym server bigcodebench exited while the stack started, without any output of its own."
+
+
+def test_start_failure_summary_keeps_the_failing_frame_of_a_server_of_yours(tmp_path: Path) -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/home/me/project/resources_servers/mine/app.py", line 3, in <module>\n'
+        "    import helper\n"
+        '  File "/home/me/project/resources_servers/mine/helper.py", line 1, in <module>\n'
+        "    import no_such_module\n"
+        '  File "<frozen importlib._bootstrap>", line 1, in _find_and_load\n'
+        "ModuleNotFoundError: No module named 'no_such_module'\n"
+    )
+    own = ("/home/me/project/resources_servers/mine/", "resources_servers/mine/")
+    summary = failure_summary(_failed_launch_log(tmp_path, log), "bigcodebench", own)
+
+    assert '  File "/home/me/project/resources_servers/mine/helper.py", line 1, in <module>' in summary
+    assert "    import no_such_module" in summary and "ModuleNotFoundError" in summary
+    assert "app.py" not in summary and "frozen" not in summary and "Traceback" not in summary
+    assert "File " not in failure_summary(_failed_launch_log(tmp_path / "packaged", log), "bigcodebench")

@@ -62,6 +62,9 @@ class Launch:
     """Every server answered: until then no rollout is sent to it and no probe marks it dead."""
     warm_refused: str | None = None
     """Why the warm parent could not fork this launch's supervisor (it started the plain way), if it could not."""
+    own_paths: tuple[str, ...] = ()
+    """The folders of servers of yours (absolute, and as the run folder links them): a traceback frame in one of them
+    is named in failure messages."""
     warm_retry: bool = False
     """That failure was the warm parent not answering (not a refusal of this stack): a restart asks again."""
     stopped: bool = False
@@ -224,6 +227,7 @@ def _new_launch(
         servers=servers,
         started_at=time.monotonic(),
         ports=reservation,
+        own_paths=tuple(p for rel, folder in config.server_dirs for p in (f"{folder}/", f"{rel}/")),
     )
 
 
@@ -233,7 +237,7 @@ def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
     pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
     while pending:
         if launch.supervisor.poll() is not None:
-            summary = failure_summary(launch.log_path, stack_name)
+            summary = failure_summary(launch.log_path, stack_name, launch.own_paths)
             raise StackStartError(f"{summary}\n(full log: {launch.log_path})")
         for name, port in list(pending.items()):
             if http_ok(port, HOST):
@@ -242,7 +246,8 @@ def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
             break
         if time.monotonic() > deadline:
             waiting = "\n".join(
-                f"{name}'s last lines:\n" + "\n".join(f"  {line}" for line in server_lines(launch.log_path, name, 10))
+                f"{name}'s last lines:\n"
+                + "\n".join(f"  {line}" for line in server_lines(launch.log_path, name, 10, launch.own_paths))
                 for name in sorted(pending)
                 if name != "head_server"
             )

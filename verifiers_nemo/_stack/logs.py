@@ -36,7 +36,7 @@ def log_tail(log_path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def server_lines(log_path: Path, name: str, lines: int = 25) -> list[str]:
+def server_lines(log_path: Path, name: str, lines: int = 25, own_folders: tuple[str, ...] = ()) -> list[str]:
     """The last lines server ``name`` of the launch logging to ``log_path`` (ng_run's log) wrote itself: its
     own log (``nemo_gym_log_dir``: stdout and stderr, the output of its start-up commands included), else
     the lines ng_run's log prefixes with its name. Blank lines and Gym's routine start-up chatter are left out."""
@@ -54,31 +54,32 @@ def server_lines(log_path: Path, name: str, lines: int = 25) -> list[str]:
             text = []
     text = [line.removeprefix(f"({name}) ").rstrip() for line in text]
     text = [line for line in text if line.strip() and not _ROUTINE.search(line)]
-    return _without_traceback_frames(text)[-lines:]
+    return _without_traceback_frames(text, own_folders)[-lines:]
 
 
-def failure_summary(log_path: Path, stack_name: str) -> str:
-    """Why a start failed: the crashed server's own last lines when ng_run names one, else the log's tail."""
+def failure_summary(log_path: Path, stack_name: str, own: tuple[str, ...] = ()) -> str:
+    """Why a start failed: the crashed server's own last lines when ng_run names one, else the log's tail. ``own``:
+    the folders of servers of yours (``StackConfig.server_dirs``), whose failing frame is kept (file and line)."""
     try:
         text = log_path.read_text(errors="replace")
     except OSError:
         text = ""
     crashed = re.findall(r"Process `([^`]+)` finished unexpectedly", text)
-    own = server_lines(log_path, crashed[-1]) if crashed else []
-    if crashed and not own:
+    lines_of_own = server_lines(log_path, crashed[-1], own_folders=own) if crashed else []
+    if crashed and not lines_of_own:
         return f"Gym server {crashed[-1]} exited while the stack started, without any output of its own."
-    if not own:
+    if not lines_of_own:
         lines = [line for line in text.splitlines() if line.strip() and not _ROUTINE.search(line)]
-        tail = "\n".join(_without_traceback_frames(lines)[-25:]) or "(no output)"
+        tail = "\n".join(_without_traceback_frames(lines, own)[-25:]) or "(no output)"
         return f"Gym stack {stack_name} exited while starting. The launcher's last lines:\n{tail}"
     return f"Gym server {crashed[-1]} exited while the stack started. Its last lines:\n" + "\n".join(
-        f"  {line}" for line in own
+        f"  {line}" for line in lines_of_own
     )
 
 
-def _without_traceback_frames(lines: list[str]) -> list[str]:
-    """Python tracebacks without their frames (kept in the full log) but the one that names the failing file: the
-    innermost outside any installed package (a server of yours), else the innermost; the exception says why."""
+def _without_traceback_frames(lines: list[str], own: tuple[str, ...] = ()) -> list[str]:
+    """Python tracebacks without their frames (kept in the full log), but for the innermost frame in a folder of
+    ``own`` (a server you wrote), which names the failing file and line; the exception says why."""
     out: list[str] = []
     frames: list[list[str]] = []
     in_traceback = False
@@ -92,9 +93,9 @@ def _without_traceback_frames(lines: list[str]) -> list[str]:
             elif frames and len(frames[-1]) == 1:
                 frames[-1].append(line)
             continue
-        if in_traceback and frames:
-            own = [f for f in frames if "site-packages" not in f[0] and "<frozen" not in f[0]]
-            out += (own or frames)[-1]
+        yours = [f for f in frames if any(folder in f[0] for folder in own)] if in_traceback else []
+        if yours:
+            out += yours[-1]
         in_traceback = False
         out.append(line)
     return out
@@ -103,7 +104,7 @@ def _without_traceback_frames(lines: list[str]) -> list[str]:
 _TAIL_BYTES = 64 << 10
 
 
-def last_server_error(log_path: Path, skip: tuple[str, ...] = ()) -> str | None:
+def last_server_error(log_path: Path, skip: tuple[str, ...] = (), own: tuple[str, ...] = ()) -> str | None:
     """The newest Python exception a server of the launch logging to ``log_path`` wrote (its own log), as one
     line: ``server: File "…/app.py", line N, in verify: RuntimeError: …`` (the innermost frame of yours); None
     when none wrote one. Servers named in ``skip`` (the agents, which relay others' errors) are passed over."""
@@ -127,7 +128,7 @@ def last_server_error(log_path: Path, skip: tuple[str, ...] = ()) -> str | None:
         starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last):")]
         if not starts:
             continue
-        block = _without_traceback_frames([line.rstrip() for line in lines[starts[-1] :] if line.strip()])
+        block = _without_traceback_frames([line.rstrip() for line in lines[starts[-1] :] if line.strip()], own)
         frame = next((line.strip() for line in block if line.lstrip().startswith('File "')), None)
         error = next((line.strip() for line in block if not line[:1].isspace() and ":" in line), None)
         if error is not None:

@@ -262,7 +262,7 @@ class GymStack:
         launch = self._launch
         if launch is None:
             return None
-        return last_server_error(launch.log_path, skip=launch.agent_names)
+        return last_server_error(launch.log_path, skip=launch.agent_names, own=launch.own_paths)
 
     def probe_now(self, generation: int) -> bool:
         """Check every server of ``generation`` at once (not waiting for the monitor); mark it dead if one
