@@ -15,7 +15,7 @@ from tests.own_envs import CITIES, WEATHER_APP, write_weather_env
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, get_environment, list_environments
 from verifiers_nemo._cli import main
 from verifiers_nemo._eval.results import run_folder_name
-from verifiers_nemo._exceptions import ConfigurationError, UnknownEnvironmentError
+from verifiers_nemo._exceptions import ConfigurationError, TasksetError, UnknownEnvironmentError
 from verifiers_nemo._gym import GYM_ROOT_VAR, canonical_reference, env_label
 from verifiers_nemo._gym.tree import folder_fingerprint
 
@@ -137,6 +137,13 @@ def test_the_taskset_reads_the_folder_s_rows_and_names_it_by_its_path(folder: Pa
             lambda f: (f / "app.py").write_text(WEATHER_APP.replace("async def verify(", "async def verify((")),
             r"app.py:\d+: .*Fix the file",
         ),
+        (
+            lambda f: _write(
+                f / "configs" / "city_weather.yaml",
+                (f / "configs" / "city_weather.yaml").read_text().replace("simple_agent:\n", "no_such_agent:\n"),
+            ),
+            "responses_api_agents/no_such_agent, which is neither in your folders",
+        ),
     ],
 )
 def test_a_broken_folder_is_refused_before_anything_starts(folder: Path, damage, says: str) -> None:
@@ -190,3 +197,10 @@ def test_the_replay_server_serves_a_folder_found_under_a_gym_root(tmp_path: Path
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_a_dataset_the_config_names_but_the_folder_lacks_is_named_with_the_fix(folder: Path) -> None:
+    (folder / "data" / "example.jsonl").unlink()
+
+    with pytest.raises(TasksetError, match=r"example.jsonl: dataset 'example' .* does not exist .*Fix: write the file"):
+        NeMoGymTaskset(str(folder))

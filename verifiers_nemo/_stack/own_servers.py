@@ -28,6 +28,13 @@ def own_server_dirs(config_paths: Sequence[Path], install: Path) -> tuple[tuple[
         folder = found.get(instance.rel_dir.as_posix())
         if folder is not None:
             check_own_server(instance, folder)
+        elif not tree.find(instance.rel_dir).is_dir() and instance.server_type != "responses_api_models":
+            where = ", ".join(str(r) for r in (*tree.roots, *(f for _, f in tree.links))) or "none"
+            raise ConfigurationError(
+                f"Gym server {instance.name} is {instance.rel_dir.as_posix()}, which is neither in your folders "
+                f"({where}) nor packaged with nemo-gym ({tree.install}). Fix: create that folder, correct the "
+                f"config's server name, or name its tree with --gym-root."
+            )
     return tuple((rel, str(folder)) for rel, folder in found.items())
 
 

@@ -91,12 +91,20 @@ def resolve_source(
         chosen = env.dataset(dataset)
     else:
         found = env.default_dataset
+        if found is None and env.local and env.datasets:  # yours: name the file its config names, and the fix
+            found = env.datasets[0]
         if found is None:
             raise TasksetError(
                 f"{env.directory}: environment {env.name!r} ships no dataset file, so it has no tasks "
                 "to load. Fix: pass jsonl_path= with your own rows."
             )
         chosen = found
+    if not chosen.exists and env.local:
+        raise TasksetError(
+            f"{chosen.path}: dataset {chosen.name!r} of environment {env.name!r} ({env.directory}) does not exist "
+            f"(its config {chosen.config.name} names {chosen.jsonl_fpath}). Fix: write the file there, correct the "
+            "config's jsonl_fpath, or pass jsonl_path= to your rows."
+        )
     if not chosen.exists:
         where = f" (Gym fetches it from {chosen.source})" if chosen.source else ""
         raise TasksetError(
