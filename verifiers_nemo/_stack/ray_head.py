@@ -7,8 +7,9 @@ machine that starts a Gym stack joins one head instead: the first starts it (``r
 from the Gym runtime, lean: no autoscaler monitor, no log monitor, no prestarted workers, node reports once
 a minute), later ones join it, and it stops once no process holds it any more.
 
-On disk, under ``ray_dir()`` (``VERIFIERS_NEMO_RAY_DIR``, else ``<tmp>/vnr-ray-<uid>``, mode 0700), one
-folder per head key (``head_key``: Ray's version and the runtime's Python, which Ray requires to match):
+On disk, under ``ray_dir()`` (the user's checked folder: ``private_dir.py``; ``VERIFIERS_NEMO_RAY_DIR``, else
+``$XDG_RUNTIME_DIR/verifiers-nemo``, else ``<tmp>/vnr-ray-<uid>``), one folder per head key (``head_key``: Ray's
+version and the runtime's Python, which Ray requires to match):
 
 - ``lock``: ``flock``-ed while a process starts or joins the head, and by the head's supervisor when it
   decides to stop, so that concurrent first starts race safely and no process joins a stopping head;
@@ -18,7 +19,9 @@ folder per head key (``head_key``: Ray's version and the runtime's Python, which
   kernel releases that lock however the holder dies (SIGKILL included); the head's supervisor removes
   such dead leases and stops the head once none is live (``_gym_side/supervisor.py``).
 
-The head binds 127.0.0.1 only, keeps its Ray files in a temporary folder of its own (not the machine-wide
+What ``head.json`` names is verified before it is used: the supervisor is a process of this user, the GCS port is
+listened on by this user's sockets only (``/proc/net/tcp``), and only a Ray temporary folder of this user's is ever
+removed. The head binds 127.0.0.1 only, keeps its Ray files in a temporary folder of its own (not the machine-wide
 ``/tmp/ray``), and requires a random token kept in ``head.json`` (Ray's token authentication): only the
 user's own processes can join it. Processes' stacks do not see each other: each has its own ports, run and
 log folders, and each Gym server is a Ray driver with a namespace of its own.
@@ -43,13 +46,22 @@ from .._gym.runtime import site_packages
 from .config import HOST
 from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
-from .procs import kill_session, port_state, remove_path, reserve_ports
+from .private_dir import (
+    RAY_DIR_ENV_VAR,
+    UnsafeFolder,
+    ensure_child,
+    ensure_private,
+    owned_by_me,
+    private_root,
+    process_is_mine,
+)
+from .procs import kill_session, listener_uids, port_state, remove_path, reserve_ports
 from .registry import Registry
 from .supervisor import start_detached
 
 logger = logging.getLogger(__name__)
 
-RAY_DIR_ENV_VAR = "VERIFIERS_NEMO_RAY_DIR"
+__all__ = ["RAY_DIR_ENV_VAR"]
 READY_LINE = "Ray runtime started."
 """What ``ray start`` prints once its node is registered with the GCS (it waits for that before printing):
 from then on a driver's ``ray.init`` finds the node at once."""
@@ -69,9 +81,22 @@ _LEAN_HEAD_ENV = {
 
 
 def ray_dir() -> Path:
-    """Where the machine's shared heads are kept (per user)."""
-    explicit = os.environ.get(RAY_DIR_ENV_VAR)
-    return Path(explicit) if explicit else Path(tempfile.gettempdir()) / f"vnr-ray-{os.getuid()}"
+    """Where the machine's shared heads (and warm parents) are kept: the user's checked folder, created if missing
+    (``private_dir.private_root``); ``StackStartError`` in one line when the folder named by
+    ``VERIFIERS_NEMO_RAY_DIR`` fails a check."""
+    try:
+        return private_root()
+    except UnsafeFolder as exc:
+        raise StackStartError(str(exc)) from None
+
+
+def helper_folder(heads_dir: Path | None, name: str) -> Path:
+    """The checked folder ``name`` of one shared helper under ``heads_dir`` (checked too) or ``ray_dir()``."""
+    try:
+        root = ensure_private(heads_dir, fix="remove it, or name a folder of your own") if heads_dir else ray_dir()
+        return ensure_child(root, name)
+    except UnsafeFolder as exc:
+        raise StackStartError(str(exc)) from None
 
 
 @functools.cache
@@ -109,10 +134,18 @@ class HeadState:
     def address(self) -> str:
         return f"{HOST}:{self.gcs_port}"
 
+    def mine(self) -> bool:
+        """Whether the supervisor it names is this user's same live process."""
+        return start_time(self.pid) == self.started and process_is_mine(self.pid)
+
     def alive(self) -> bool:
-        """Whether the head still runs: its supervisor is the same live process and its GCS listens (a connection
-        that times out on a loaded machine is not taken for a dead head, which would be torn down)."""
-        return start_time(self.pid) == self.started and port_state(HOST, self.gcs_port, timeout=2.0) != "refused"
+        """Whether the head still runs: its supervisor is this user's same live process and its GCS listens, on a
+        port no other user listens on (a connection that times out on a loaded machine is not taken for a dead
+        head, which would be torn down)."""
+        if not self.mine():
+            return False
+        listening = port_state(HOST, self.gcs_port, timeout=2.0) != "refused"
+        return listening and listener_uids(self.gcs_port) == {os.getuid()}
 
 
 class RayHead:
@@ -123,8 +156,7 @@ class RayHead:
         self, runtime: GymRuntime, env: Mapping[str, str], folder: Path | None = None, start_timeout: float = 120.0
     ) -> None:
         self.runtime = runtime
-        self.folder = folder or _folder(runtime)
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.folder = helper_folder(folder.parent, folder.name) if folder else _folder(runtime)
         with locked(self.folder / "lock"):
             self._lease: tuple[Path, int] | None = take_lease(self.folder / "leases")
             try:
@@ -207,9 +239,13 @@ def _join_env(token: str) -> dict[str, str]:
 def _read_state(path: Path) -> HeadState | None:
     state = read_state(path)
     try:
-        return HeadState(**state) if state is not None else None
+        head = HeadState(**state) if state is not None else None
     except TypeError:
         return None
+    kinds = (int, str, int, str, str, str)
+    if head is not None and not all(type(v) is k for v, k in zip(asdict(head).values(), kinds, strict=True)):
+        return None
+    return head
 
 
 def _write_state(path: Path, state: HeadState) -> None:
@@ -217,10 +253,14 @@ def _write_state(path: Path, state: HeadState) -> None:
 
 
 def _remove_remains(state: HeadState) -> None:
-    """What a head that died without its supervisor's clean-up left: its processes and its folder."""
-    if start_time(state.pid) == state.started:
+    """What a head that died without its supervisor's clean-up left: its processes and its folder (only a process
+    of this user's, and only a Ray temporary folder of this user's: what ``_start_head_once`` made)."""
+    if state.mine():
         kill_session(state.pid, timeout=5.0)
-    remove_path(Path(state.temp_dir))
+    temp_dir = Path(state.temp_dir)
+    ours = temp_dir.parent == Path(tempfile.gettempdir()) and temp_dir.name.startswith("vnr-ray-")
+    if ours and owned_by_me(temp_dir):
+        remove_path(temp_dir)
 
 
 def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeout: float) -> HeadState:
@@ -318,7 +358,7 @@ _heads: Registry[Path, RayHead] = Registry(reusable=lambda head: head.alive)
 
 
 def _folder(runtime: GymRuntime, heads_dir: Path | None = None) -> Path:
-    return (heads_dir or ray_dir()) / head_key(runtime)
+    return helper_folder(heads_dir, head_key(runtime))
 
 
 def acquire_ray_head(runtime: GymRuntime, env: Mapping[str, str], heads_dir: Path | None = None) -> RayHead:

@@ -53,8 +53,9 @@ from .._gym_side.warm_child import (
 )
 from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
+from .private_dir import process_is_mine
 from .procs import kill_session, remove_path
-from .ray_head import ray_dir
+from .ray_head import helper_folder
 from .registry import Registry
 from .supervisor import GYM_SIDE, WarmSupervisor, start_detached
 
@@ -151,11 +152,10 @@ class WarmParent:
 
     def __init__(self, runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         with locked(folder / "lock"):
             self._lease: tuple[Path, int] | None = take_lease(folder / "leases")
             try:
-                state = read_state(folder / "state.json")
+                state = _valid(read_state(folder / "state.json"), folder)
                 if state is not None and not _usable(state):
                     _remove_remains(state)
                     state = None
@@ -196,7 +196,7 @@ class WarmParent:
         channel = wire.Channel(sock)
         try:
             sock.settimeout(30.0)
-            sock.connect(self.state["socket"])
+            _connect_checked(sock, self.state)
             channel.send(request, [read_end])
             reply, fds = channel.recv()
         except (OSError, EOFError, ValueError) as exc:
@@ -220,8 +220,10 @@ class WarmParent:
         while not self._ready:
             probe_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             try:
-                probe_sock.connect(self.state["socket"])
+                _connect_checked(probe_sock, self.state)
                 self._ready = True
+            except PermissionError as exc:
+                raise WarmStartUnavailable(str(exc)) from None
             except OSError:
                 if not self.alive:
                     said = self._reason()
@@ -251,17 +253,44 @@ class WarmParent:
             give_up_lease(lease)
 
 
+_STATE_KINDS = {"pid": int, "started": str, "socket": str, "log": str}
+
+
+def _valid(state: dict[str, Any] | None, folder: Path) -> dict[str, Any] | None:
+    """A state file's contents when they are what ``_start`` writes, the socket in ``folder`` itself; else None."""
+    if state is None or any(type(state.get(k)) is not kind for k, kind in _STATE_KINDS.items()):
+        return None
+    return state if Path(state["socket"]).parent == folder else None
+
+
+def _connect_checked(sock: socket.socket, state: dict[str, Any]) -> None:
+    """Connect to the warm parent's socket, and make sure the listener is the warm parent of this user that the
+    state names (``SO_PEERCRED``: this user's process, in its supervisor's session) before anything is sent.
+    ``PermissionError`` when it is not (the connection is closed)."""
+    sock.connect(state["socket"])
+    pid, uid, _ = wire.peer(sock)
+    try:
+        session = os.getsid(pid)
+    except OSError:
+        session = -1
+    if uid != os.getuid() or session != int(state["pid"]):
+        sock.close()
+        raise PermissionError(
+            f"the process listening on {state['socket']} (pid {pid}, uid {uid}) is not this user's warm parent"
+        )
+
+
 def _usable(state: dict[str, Any]) -> bool:
     """Whether a warm parent the state file names may be joined: its supervisor is the same live process, and its
     socket, once there (it appears when the warm parent has prepared), takes connections. One whose socket refuses
     them has stopped serving: its warm parent exited, its supervisor is tearing it down (as the Ray head's GCS port
     tells a dead head)."""
-    if start_time(int(state["pid"])) != state["started"]:
+    if start_time(int(state["pid"])) != state["started"] or not process_is_mine(int(state["pid"])):
         return False
     probe_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         probe_sock.settimeout(2.0)
-        probe_sock.connect(state["socket"])
+        _connect_checked(probe_sock, state)
     except (FileNotFoundError, TimeoutError, BlockingIOError):
         return True  # preparing, or too busy to accept at once: alive
     except OSError:
@@ -274,9 +303,9 @@ def _usable(state: dict[str, Any]) -> bool:
 def _remove_remains(state: dict[str, Any]) -> None:
     """What a warm parent that stopped serving left (under the folder's lock, before its successor starts): its
     supervisor's session, still stopping, and its socket. Stacks forked from it lead sessions of their own."""
-    if start_time(int(state["pid"])) == state["started"]:
+    if start_time(int(state["pid"])) == state["started"] and process_is_mine(int(state["pid"])):
         kill_session(int(state["pid"]), timeout=5.0)
-    remove_path(Path(state["socket"]))
+    remove_path(Path(state["socket"]))  # in the warm parent's own checked folder (``_valid``)
 
 
 def _start(runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: Path) -> dict[str, Any]:
@@ -368,7 +397,7 @@ def acquire_warm_parent(runtime: GymRuntime, env: Mapping[str, str], heads_dir: 
     if unusable is not None:
         raise WarmStartUnavailable(unusable)
     preload, listed = probe(runtime, env)
-    folder = (heads_dir or ray_dir()) / f"warm-{key(runtime, env, listed.get('env_read', []))}"
+    folder = helper_folder(heads_dir, f"warm-{key(runtime, env, listed.get('env_read', []))}")
     _sweep(folder.parent, keep=folder)
     failed = _unavailable.get((str(folder.parent), folder.name))
     if failed is not None:
