@@ -50,7 +50,7 @@ def private_root() -> Path:
     try:
         return ensure_private(default, fix="")
     except UnsafeFolder as exc:
-        return _fallback(str(exc))
+        return _fallback(default, str(exc))
 
 
 def ensure_private(folder: Path, fix: str) -> Path:
@@ -120,21 +120,21 @@ def process_is_mine(pid: int) -> bool:
     return pid > 0 and owned_by_me(f"/proc/{pid}")
 
 
-_fallback_dir: Path | None = None
+_fallbacks: dict[Path, Path] = {}
 _said: set[str] = set()
 
 
-def _fallback(why: str) -> Path:
-    """A fresh private folder for this process's helpers, made once per process."""
-    global _fallback_dir
-    if _fallback_dir is None:
-        _fallback_dir = Path(tempfile.mkdtemp(prefix=f"vnr-private-{os.getuid()}-"))
+def _fallback(default: Path, why: str) -> Path:
+    """A fresh private folder for this process's helpers in place of ``default``, made once per process."""
+    folder = _fallbacks.get(default)
+    if folder is None or not os.path.isdir(folder):
+        folder = _fallbacks[default] = Path(tempfile.mkdtemp(prefix=f"vnr-private-{os.getuid()}-"))
         _say_once(
-            f"{why}: this process keeps its Ray head and warm parent in {_fallback_dir} and shares them with no other"
-            f" process; to share them again, remove that folder (another user made it) or set {RAY_DIR_ENV_VAR} to"
+            f"{why}: this process keeps its Ray head and warm parent in {folder} and shares them with no other"
+            f" process; to share them again, remove {default} (another user made it) or set {RAY_DIR_ENV_VAR} to"
             " a folder of your own"
         )
-    return _fallback_dir
+    return folder
 
 
 def _say_once(line: str) -> None:
