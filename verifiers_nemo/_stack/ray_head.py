@@ -43,6 +43,7 @@ from pathlib import Path
 from .._exceptions import StackStartError
 from .._gym import GymRuntime
 from .._gym.runtime import site_packages
+from . import waiting
 from .config import HOST
 from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
@@ -153,7 +154,11 @@ class RayHead:
     head is. Made by ``acquire_ray_head`` (one per process and head key, refcounted by its stacks)."""
 
     def __init__(
-        self, runtime: GymRuntime, env: Mapping[str, str], folder: Path | None = None, start_timeout: float = 120.0
+        self,
+        runtime: GymRuntime,
+        env: Mapping[str, str],
+        folder: Path | None = None,
+        deadline: waiting.Deadline | None = None,
     ) -> None:
         self.runtime = runtime
         self.folder = helper_folder(folder.parent, folder.name) if folder else _folder(runtime)
@@ -164,7 +169,7 @@ class RayHead:
                 if state is None or not state.alive():
                     if state is not None:
                         _remove_remains(state)
-                    state = _start_head(runtime, env, self.folder, start_timeout)
+                    state = _start_head(runtime, env, self.folder, deadline or waiting.deadline())
             except BaseException:
                 self.leave()
                 raise
@@ -263,12 +268,12 @@ def _remove_remains(state: HeadState) -> None:
         remove_path(temp_dir)
 
 
-def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeout: float) -> HeadState:
+def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, deadline: waiting.Deadline) -> HeadState:
     """Start a head (under the folder's lock) and wait until its node is registered; a start that fails
     because a port was taken meanwhile is tried again with other ports."""
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
-            return _start_head_once(runtime, env, folder, timeout)
+            return _start_head_once(runtime, env, folder, deadline)
         except StackStartError as exc:
             if "address already in use" not in str(exc) or attempt == _START_ATTEMPTS:
                 raise
@@ -276,7 +281,9 @@ def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeo
     raise AssertionError("unreachable")
 
 
-def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeout: float) -> HeadState:
+def _start_head_once(
+    runtime: GymRuntime, env: Mapping[str, str], folder: Path, deadline: waiting.Deadline
+) -> HeadState:
     token = secrets.token_hex(32)
     ports = reserve_ports(3)
     gcs_port, client_port, agent_port = ports.ports
@@ -319,7 +326,7 @@ def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, 
     started = start_time(pid) or ""
     state = HeadState(gcs_port, token, pid, started, str(temp_dir), str(log_path))
     try:
-        _wait_ready(state, timeout)
+        _wait_ready(state, deadline)
     except BaseException:
         _remove_remains(state)
         raise
@@ -330,10 +337,11 @@ def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, 
     return state
 
 
-def _wait_ready(state: HeadState, timeout: float) -> None:
-    """Until ``ray start`` says its node is registered; StackStartError when it exits or time is up."""
-    deadline = time.monotonic() + timeout
+def _wait_ready(state: HeadState, deadline: waiting.Deadline) -> None:
+    """Until ``ray start`` says its node is registered, for as long as it makes progress within the start's
+    ``deadline`` (``waiting.Waiting``: said every 30 s); StackStartError when it exits, stalls or time is up."""
     log = Path(state.log)
+    wait = waiting.Waiting("the Ray head for Gym stacks", deadline, sid=state.pid, log=log)
     while True:
         try:
             text = log.read_text(errors="replace")
@@ -344,11 +352,7 @@ def _wait_ready(state: HeadState, timeout: float) -> None:
         if start_time(state.pid) != state.started:
             tail = "\n".join(text.splitlines()[-20:])
             raise StackStartError(f"The Ray head for Gym stacks exited while starting:\n{tail}\n(full log: {log})")
-        if time.monotonic() > deadline:
-            tail = "\n".join(text.splitlines()[-20:])
-            raise StackStartError(
-                f"The Ray head for Gym stacks was not ready within {timeout:.0f}s:\n{tail}\n(full log: {log})"
-            )
+        wait.check()
         time.sleep(0.05)
 
 
@@ -361,12 +365,15 @@ def _folder(runtime: GymRuntime, heads_dir: Path | None = None) -> Path:
     return helper_folder(heads_dir, head_key(runtime))
 
 
-def acquire_ray_head(runtime: GymRuntime, env: Mapping[str, str], heads_dir: Path | None = None) -> RayHead:
+def acquire_ray_head(
+    runtime: GymRuntime, env: Mapping[str, str], heads_dir: Path | None = None, deadline: waiting.Deadline | None = None
+) -> RayHead:
     """This process's hold on the machine's Ray head for ``runtime``: joined, or started if none runs (or
     the one held died); refcounted by the process's stacks. ``heads_dir``: where the heads are kept, if not
-    ``ray_dir()`` as it is now."""
+    ``ray_dir()`` as it is now; ``deadline``: when the start that needs it must be done
+    (``waiting``; None: ``start_timeout()`` from now)."""
     folder = _folder(runtime, heads_dir)
-    head, spent = _heads.acquire(folder, lambda: RayHead(runtime, env, folder))
+    head, spent = _heads.acquire(folder, lambda: RayHead(runtime, env, folder, deadline))
     if spent is not None:
         logger.warning("Ray head at %s is gone; joined or started another:\n%s", spent.address, spent.log_tail())
         spent.leave()

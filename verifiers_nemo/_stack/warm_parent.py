@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._exceptions import StackStartError
 from .._gym import GymRuntime, cache_dir
 from .._gym.runtime import site_packages
 from .._gym_side import wire
@@ -51,6 +52,7 @@ from .._gym_side.warm_child import (
     rlimits,
     signal_state,
 )
+from . import waiting
 from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
 from .private_dir import process_is_mine
@@ -65,7 +67,6 @@ WARM_START_ENV_VAR = "VERIFIERS_NEMO_WARM_START"
 _SOURCES = ("zygote", "warm_supervisor", "warm_child", "supervisor", "wire", "launcher")
 _JEMALLOC_CONF = "JE_ARROW_MALLOC_CONF"
 _POLL_S = 0.5
-_READY_TIMEOUT_S = 180.0
 _PROBE_TIMEOUT_S = 300.0
 
 
@@ -180,10 +181,14 @@ class WarmParent:
     def alive(self) -> bool:
         return self._lease is not None and start_time(self.pid) == self.state["started"]
 
-    def supervise(self, spec: dict[str, Any], env: Mapping[str, str], cwd: Path) -> WarmSupervisor:
+    def supervise(
+        self, spec: dict[str, Any], env: Mapping[str, str], cwd: Path, deadline: waiting.Deadline | None = None
+    ) -> WarmSupervisor:
         """Fork a stack's supervisor for ``spec`` (as ``start_supervised`` would start it: this process its
-        owner, ``env`` its environment, ``cwd`` its folder). ``WarmStartUnavailable`` when it cannot."""
-        self._wait_ready()
+        owner, ``env`` its environment, ``cwd`` its folder), waiting first, if need be, until the warm parent is
+        ready (as long as it makes progress, within ``deadline``: ``waiting``). ``WarmStartUnavailable`` when it
+        cannot."""
+        self._wait_ready(deadline or waiting.deadline())
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         ignored, blocked = signal_state()
         request = {
@@ -214,9 +219,10 @@ class WarmParent:
             raise WarmStartUnavailable(f"the warm parent refused: {refused}")
         return WarmSupervisor(int(reply["pid"]), fds[0], write_end)
 
-    def _wait_ready(self) -> None:
-        """Until its socket accepts connections; ``WarmStartUnavailable`` with its log's reason if it exits."""
-        deadline = time.monotonic() + _READY_TIMEOUT_S
+    def _wait_ready(self, deadline: waiting.Deadline) -> None:
+        """Until its socket accepts connections; ``WarmStartUnavailable`` with its log's reason if it exits, or when
+        it stalls or the start's time is up."""
+        wait = waiting.Waiting("the warm parent of the Gym runtime", deadline, sid=self.pid, log=self.log_path)
         while not self._ready:
             probe_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             try:
@@ -232,8 +238,10 @@ class WarmParent:
                     reason = f"the warm parent exited while preparing: {said}"
                     _unavailable[(str(self.folder.parent), self.folder.name)] = reason  # not asked again here
                     raise WarmStartUnavailable(reason, broken=True) from None
-                if time.monotonic() > deadline:
-                    raise WarmStartUnavailable(f"the warm parent was not ready in {_READY_TIMEOUT_S:.0f}s") from None
+                try:
+                    wait.check()
+                except StackStartError as exc:
+                    raise WarmStartUnavailable(str(exc).split("\n", 1)[0]) from None
                 time.sleep(0.02)
             finally:
                 probe_sock.close()
