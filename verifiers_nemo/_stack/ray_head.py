@@ -56,13 +56,15 @@ from .private_dir import (
     private_root,
     process_is_mine,
 )
-from .procs import kill_session, listener_uids, port_state, remove_path, reserve_ports
+from .procs import kill_session, listener_uids, port_state, remove_path, reserve_ports, session_pids
 from .registry import Registry
 from .supervisor import start_detached
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["RAY_DIR_ENV_VAR"]
+RAY_NODE_TIMED_OUT = "The current node timed out during startup"
+"""What ``ray start`` raises when its node did not register within its own fixed 30 s (``ray._private.node``)."""
 READY_LINE = "Ray runtime started."
 """What ``ray start`` prints once its node is registered with the GCS (it waits for that before printing):
 from then on a driver's ``ray.init`` finds the node at once."""
@@ -270,15 +272,26 @@ def _remove_remains(state: HeadState) -> None:
 
 def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, deadline: waiting.Deadline) -> HeadState:
     """Start a head (under the folder's lock) and wait until its node is registered; a start that fails
-    because a port was taken meanwhile is tried again with other ports."""
-    for attempt in range(1, _START_ATTEMPTS + 1):
+    because a port was taken meanwhile is tried again with other ports, and one that Ray gave up on because its
+    node did not register within Ray's own 30 s (``RAY_NODE_TIMED_OUT``: a busy machine) is tried again for as
+    long as the start's deadline allows."""
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return _start_head_once(runtime, env, folder, deadline)
         except StackStartError as exc:
-            if "address already in use" not in str(exc) or attempt == _START_ATTEMPTS:
+            if "address already in use" in str(exc) and attempt < _START_ATTEMPTS:
+                logger.warning("The Ray head's port was taken while it started; retrying")
+            elif RAY_NODE_TIMED_OUT in str(exc) and time.monotonic() < deadline.at:
+                logger.warning(
+                    "The Ray head for Gym stacks gave up after Ray's own 30 s wait for its node (%s); starting it"
+                    " again (attempt %d)",
+                    waiting.machine_load(),
+                    attempt + 1,
+                )
+            else:
                 raise
-            logger.warning("The Ray head's port was taken while it started; retrying")
-    raise AssertionError("unreachable")
 
 
 def _start_head_once(
@@ -342,6 +355,7 @@ def _wait_ready(state: HeadState, deadline: waiting.Deadline) -> None:
     ``deadline`` (``waiting.Waiting``: said every 30 s); StackStartError when it exits, stalls or time is up."""
     log = Path(state.log)
     wait = waiting.Waiting("the Ray head for Gym stacks", deadline, sid=state.pid, log=log)
+    looked_at, launcher_gone = time.monotonic(), False  # the first look a second from now: ``ray start`` execs
     while True:
         try:
             text = log.read_text(errors="replace")
@@ -349,11 +363,27 @@ def _wait_ready(state: HeadState, deadline: waiting.Deadline) -> None:
             text = ""
         if READY_LINE in text:
             return
-        if start_time(state.pid) != state.started:
+        if time.monotonic() - looked_at >= 1.0:  # not at every poll: a look at every process of the machine
+            looked_at = time.monotonic()
+            launcher_gone = not _launcher_running(state)
+        if start_time(state.pid) != state.started or launcher_gone:
             tail = "\n".join(text.splitlines()[-20:])
             raise StackStartError(f"The Ray head for Gym stacks exited while starting:\n{tail}\n(full log: {log})")
         wait.check()
         time.sleep(0.05)
+
+
+def _launcher_running(state: HeadState) -> bool:
+    """Whether ``ray start`` still runs in the head's session (once it exits, its supervisor waits for the folder's
+    lock, which the starting process holds: the start has failed)."""
+    for pid in session_pids(state.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[1].endswith(b"/ray") and argv[2] == b"start":
+            return True
+    return False
 
 
 # -- one lease per (process, head folder), refcounted by the stacks that use it ------------------------
