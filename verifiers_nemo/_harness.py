@@ -108,7 +108,7 @@ class NeMoGymHarness:
         isolated_venvs: bool = False,
         max_steps: int | None = DEFAULT_MAX_STEPS,
         timeout: float = 600.0,
-        start_timeout: float = 300.0,
+        start_timeout: float | None = None,
         overrides: Sequence[str] = (),
         shared_ray: bool = True,
         proxy: RoutingProxy | ProxyConfig | None = None,

@@ -242,6 +242,40 @@ def pids_with_env(marker: str) -> list[int]:
     return found
 
 
+def held_helper_sessions() -> set[int]:
+    """The sessions of this user's shared Gym helpers (Ray heads, warm parents: ``ray_dir()``) that a process still
+    holds (a lease locked by its holder): a run that started one leaves it running, rightly, while another process
+    (another test's, the suite's own hold) has joined it."""
+    import fcntl
+
+    from verifiers_nemo._stack.leases import read_state
+    from verifiers_nemo._stack.ray_head import ray_dir
+
+    held = set()
+    for folder in ray_dir().iterdir():
+        state = read_state(folder / ("state.json" if folder.name.startswith("warm-") else "head.json"))
+        if state is None or not isinstance(state.get("pid"), int):
+            continue
+        for lease in (folder / "leases").glob("*"):
+            try:
+                with open(lease) as f:
+                    fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.add(state["pid"])
+                break
+            except OSError:
+                continue
+    return held
+
+
+def session_of(pid: int) -> int:
+    """The session of process ``pid`` (0 when it is gone)."""
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return 0
+
+
 def children_of(pid: int) -> list[int]:
     out = []
     for child in all_pids():

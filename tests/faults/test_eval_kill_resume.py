@@ -151,7 +151,7 @@ async def _run_round(r: Round, prompts: list[str]) -> Round:
         r.killed_after_s = time.monotonic() - started
         out, err = await proc.communicate()
         r.outputs += [out.decode(), err.decode()]
-        r.orphans_after_kill = await _wait_gone(r.marker, timeout=30)
+        r.orphans_after_kill = await _wait_gone(r.marker, timeout=90)
         r.ports_bound_after_kill = [p for p in r.watch.ports if port_accepts("127.0.0.1", p)]
         r.stale_run_dirs = list((cache_dir() / "runs").glob(f"{ENV}-{proc.pid}-*"))
 
@@ -175,7 +175,7 @@ async def _run_round(r: Round, prompts: list[str]) -> Round:
         out, err = communicate.result()
         r.outputs += [out.decode(), err.decode()]
         r.resume_code = resume.returncode
-        r.orphans_after_resume = await _wait_gone(r.marker, timeout=30)
+        r.orphans_after_resume = await _wait_gone(r.marker, timeout=90)
         r.new_first_calls = sum(policy.first_calls.values()) - calls_before
         r.authorizations = set(policy.authorizations)
     r.lines = [json.loads(line) for line in (r.run_dir / "results.jsonl").read_text().splitlines() if line.strip()]

@@ -32,7 +32,14 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_cli import CLI, SynonymPolicy, _child_env
-from tests.faults.helpers import COUNTER_ENV, cmdline_of, pids_with_env, record_figures
+from tests.faults.helpers import (
+    COUNTER_ENV,
+    cmdline_of,
+    held_helper_sessions,
+    pids_with_env,
+    record_figures,
+    session_of,
+)
 from verifiers_nemo import (
     ConfigurationError,
     NeMoGymHarness,
@@ -95,9 +102,12 @@ async def _cli(
 
 
 def _leftovers(run: Run, *, keep_logs: Sequence[str] = ()) -> dict[str, list[str]]:
-    """What the run left: its processes, cache entries (runs, ports, logs), Ray temporary folders."""
+    """What the run left: its processes, cache entries (runs, ports, logs), Ray temporary folders. A shared helper
+    (the Ray head, a warm parent) that the run started is left running while another process holds it: on a busy
+    machine the suite's own hold may reach the warm parent after the run started it."""
+    held = held_helper_sessions()
     found: dict[str, list[str]] = {
-        "processes": [cmdline_of(pid) for pid in pids_with_env(run.marker)],
+        "processes": [cmdline_of(pid) for pid in pids_with_env(run.marker) if session_of(pid) not in held],
         "ray temp": [str(p) for p in Path(tempfile.gettempdir()).glob(f"vnr-ray-{run.pid}-*")],
     }
     for part in ("runs", "ports", "logs"):

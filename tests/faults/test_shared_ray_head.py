@@ -122,7 +122,7 @@ def _stop(*procs: subprocess.Popen[str]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=10)
+            proc.wait(timeout=60)
 
 
 def _agent_answers(url: str) -> bool:
@@ -150,15 +150,15 @@ def test_concurrent_first_starts_make_one_head_that_stops_with_its_last_holder(
         assert _ray_workers(head) == []  # no Ray worker that nothing uses
 
         holders[0].stdin.close()
-        holders[0].wait(timeout=30)
+        holders[0].wait(timeout=90)
         os.kill(holders[1].pid, signal.SIGKILL)  # a holder that dies without a word: its lease is reaped
-        holders[1].wait(timeout=30)
+        holders[1].wait(timeout=90)
         time.sleep(2)
         assert session_pids(head), "the head stopped while a process still held it"
 
         holders[2].stdin.close()
-        holders[2].wait(timeout=30)
-        wait_until(lambda: not session_pids(head), timeout=20, what="the head to stop after its last holder")
+        holders[2].wait(timeout=90)
+        wait_until(lambda: not session_pids(head), timeout=90, what="the head to stop after its last holder")
         assert not Path(heads[0]["temp_dir"]).exists()
     finally:
         _stop(*holders)
@@ -191,14 +191,14 @@ def test_a_holder_killed_mid_run_leaves_the_other_process_s_rollouts_whole(tmp_p
         wait_until(lambda: rows(dirs[0]) >= 2, timeout=180, what="the victim's first rollouts")
         assert rows(dirs[0]) < 40 and victim.poll() is None
         victim.kill()
-        victim.wait(timeout=10)
+        victim.wait(timeout=60)
 
         assert survivor.wait(timeout=300) == 0, (dirs[1] / "cli.log").read_text()[-3000:]
         (path,) = dirs[1].glob("outputs/**/results.jsonl")
         results, _ = read_results(path)
         assert len(results) == 40 and all(r.get("error") is None for r in results)
         assert all(r["reward"] == r["recorded_reward"] for r in results if "recorded_reward" in r)
-        wait_until(lambda: not session_pids(head), timeout=20, what="the head to stop after its last holder")
+        wait_until(lambda: not session_pids(head), timeout=90, what="the head to stop after its last holder")
         assert list((folder / "leases").iterdir()) == []
     finally:
         _stop(victim, survivor)
@@ -228,7 +228,7 @@ def test_a_killed_head_is_replaced_and_every_holder_s_stack_recovers(gym_root: P
         for proc in holders:
             proc.stdin.close()
             proc.wait(timeout=60)
-        wait_until(lambda: not session_pids(new_head), timeout=20, what="the new head to stop")
+        wait_until(lambda: not session_pids(new_head), timeout=90, what="the new head to stop")
         assert not any(session_pids(f["head"]) for f in first)
     finally:
         _stop(*holders)

@@ -120,7 +120,7 @@ DRIVER = textwrap.dedent(
         time.sleep(0.05)
         with open(result) as f:
             return json.load(f)
-    def gone(pid, timeout=15):
+    def gone(pid, timeout=60):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -357,7 +357,7 @@ def _zygote_of(supervisor_pid: int) -> int:
     return zygote
 
 
-def _gone(pid: int, timeout: float = 30.0) -> bool:
+def _gone(pid: int, timeout: float = 60.0) -> bool:
     from tests.e2e.conftest import wait_until
     from verifiers_nemo._stack.leases import start_time
 
@@ -429,7 +429,7 @@ def test_a_warm_parent_whose_warm_process_is_gone_is_replaced_not_joined(own_ray
         release_warm_parent(first)
         second = acquire_warm_parent(runtime, env, own_ray_dir)
         assert second.pid != old
-        assert _gone(old, 10.0), "what was left of the old warm parent was not taken down"
+        assert _gone(old, 60.0), "what was left of the old warm parent was not taken down"
         supervisor = second.supervise(_sleeper_spec(tmp_path), env, tmp_path)
         assert _forked_by(supervisor) == second.pid
         stop_supervised(supervisor, "sleeper", 5.0)
@@ -494,8 +494,10 @@ def test_a_stack_whose_warm_request_failed_after_a_supervisor_was_forked_for_it_
     real_supervise = WarmParent.supervise
     forked: list[int] = []
 
-    def answer_lost(self: WarmParent, spec: dict[str, Any], env: Any, cwd: Path) -> WarmSupervisor:
-        supervisor = real_supervise(self, spec, env, cwd)
+    def answer_lost(
+        self: WarmParent, spec: dict[str, Any], env: Any, cwd: Path, deadline: Any = None
+    ) -> WarmSupervisor:
+        supervisor = real_supervise(self, spec, env, cwd, deadline)
         forked.append(supervisor.pid)
         supervisor.stdin.close()  # as the owner does on a failed request: the forked supervisor stops
         supervisor.wait(timeout=60)
@@ -534,11 +536,13 @@ def test_a_warm_parent_that_did_not_answer_is_asked_again_at_the_stacks_restart(
     real_supervise = WarmParent.supervise
     asked: list[str] = []
 
-    def silent_once(self: WarmParent, spec: dict[str, Any], env: Any, cwd: Path) -> WarmSupervisor:
+    def silent_once(
+        self: WarmParent, spec: dict[str, Any], env: Any, cwd: Path, deadline: Any = None
+    ) -> WarmSupervisor:
         asked.append("failed" if not asked else "served")
         if asked[-1] == "failed":
             raise WarmStartUnavailable(f"the warm parent (pid {self.pid}) did not answer: timed out", transient=True)
-        return real_supervise(self, spec, env, cwd)
+        return real_supervise(self, spec, env, cwd, deadline)
 
     monkeypatch.setattr(WarmParent, "supervise", silent_once)
     config = StackConfig(

@@ -1,16 +1,17 @@
 """A Gym server's interpreter, as a fork of its stack's warm supervisor: ``python app.py`` without a start-up.
 
-nemo-gym starts every server as ``cd DIR && source VENV/bin/activate && ... python app.py`` (0.4: ``python``
-from ``PATH``; 0.7: ``VENV/bin/python``), where ``VENV`` is the server's venv under ``+uv_venv_dir``, which the
-harness links (``+skip_venv_if_present``). For a stack started warm that venv is a launcher venv: its
-``bin/activate`` sources the Gym runtime's own ``activate`` and puts this launcher first on ``PATH``, and its
-``bin/python`` is this file, run by the runtime's interpreter. It does not start the server itself: it asks
-the stack's warm supervisor (``warm_supervisor.py``: the leader of this process's session, listening on an
-abstract socket named after the session) to fork a process that becomes ``python ARGS`` here (``warm_child.py``),
+nemo-gym starts every server as ``cd DIR && source VENV/bin/activate && ... python app.py`` (0.4: ``python`` from
+``PATH``; 0.7: ``VENV/bin/python``), where ``VENV`` is the server's venv under ``+uv_venv_dir``, which the harness
+links (``+skip_venv_if_present``). For a stack started warm that venv is a launcher venv: its ``bin/activate``
+sources the Gym runtime's own ``activate`` and puts this launcher first on ``PATH``, and its ``bin/python`` is this
+file, run by the runtime's interpreter. It does not start the server itself: it asks the stack's warm supervisor
+(``warm_supervisor.py``: the leader of this process's session, listening on an abstract socket named after the
+session, once ``SO_PEERCRED`` says the listener is this session's leader and this user's: such a name has no
+permissions, and anyone may bind it first) to fork a process that becomes ``python ARGS`` here (``warm_child.py``),
 handing over its argv, environment (``PATH`` without this launcher), working directory, umask, resource limits,
-signal state and every descriptor it inherited (``SCM_RIGHTS``). Then it stands for that process: every signal
-it gets is relayed to it (a pidfd, so never to a reused pid), and it exits as that process exits, with the same
-code or by the same signal. If it is killed outright (SIGKILL), the supervisor kills that process the same way.
+signal state and every descriptor it inherited (``SCM_RIGHTS``). Then it stands for that process: every signal it
+gets is relayed to it (a pidfd, so never to a reused pid), and it exits as that process exits, with the same code
+or by the same signal. If it is killed outright (SIGKILL), the supervisor kills that process the same way.
 
 Where the warm path cannot serve (no warm supervisor in the session, a refusal, interpreter options in the
 command), it becomes the plain interpreter: ``exec`` of the runtime's Python with the same arguments and
@@ -62,7 +63,10 @@ def main() -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.connect(socket_name(os.getsid(0)))
+        if not _is_the_warm_supervisor(wire.peer(sock)):
+            raise PermissionError("another process holds the warm supervisor's socket name")
     except OSError:
+        sock.close()
         relay.uninstall()
         _plain(argv)
     channel = wire.Channel(sock)
@@ -144,6 +148,13 @@ class _Relay:
             signal.pidfd_send_signal(self.pidfd, sig)  # type: ignore[arg-type]
         except ProcessLookupError:
             pass  # it has exited: its status is on the way
+
+
+def _is_the_warm_supervisor(peer: tuple[int, int, int]) -> bool:
+    """Whether the listener (``SO_PEERCRED``: the process that listened) is this session's leader, of this user:
+    abstract socket names have no permissions, so another user may have bound it first; nothing is sent then."""
+    pid, uid, _gid = peer
+    return uid == os.getuid() and pid == os.getsid(0)
 
 
 def _mirror(status: int | None) -> None:

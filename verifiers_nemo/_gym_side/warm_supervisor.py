@@ -70,14 +70,12 @@ class WarmSupervisor:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGCHLD})
         supervisor._start_rearguard(self.spec)
         self.log = open(self.spec["log"], "ab", buffering=0)  # noqa: SIM115 - closed in _finish or the child
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
-        self.listener.bind(self.helpers.launcher.socket_name(self.sid))
-        self.listener.listen(64)
+        self.listener = self._listen()
         child = self._start_ng_run()
         if child is not None:
             return child
         poller = self.poller = select.poll()
-        for fd in (0, self.wake_r, self.listener.fileno()):
+        for fd in (0, self.wake_r, *([self.listener.fileno()] if self.listener else [])):
             poller.register(fd, select.POLLIN)
         while not self.stop and self.ng_status is None:
             for fd, _events in poller.poll():
@@ -85,7 +83,7 @@ class WarmSupervisor:
                     self._drain_wakeups()
                 elif fd == 0:
                     self._read_owner(poller)
-                elif fd == self.listener.fileno():
+                elif self.listener is not None and fd == self.listener.fileno():
                     child = self._accept(poller)
                     if child is not None:
                         return child
@@ -93,6 +91,19 @@ class WarmSupervisor:
                     self._launcher_readable(fd, poller)
             self._reap()
         return self._finish()
+
+    def _listen(self) -> socket.socket | None:
+        """The launchers' socket (an abstract name after the session); None when another process holds that name
+        (abstract names have no permissions): the launchers, which check who listens, then start plain."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)
+        try:
+            listener.bind(self.helpers.launcher.socket_name(self.sid))
+        except OSError as exc:
+            listener.close()
+            self._say(f"the servers start the plain way: the launchers' socket name is taken ({exc.strerror})")
+            return None
+        listener.listen(64)
+        return listener
 
     def _stop_signal(self, *_: object) -> None:
         self.stop = True

@@ -46,7 +46,9 @@ class StackConfig:
     """Start the stack's Gym processes as forks of the machine's warm parent of the runtime (``warm_parent``: no
     interpreter start-up, shared memory) instead of fresh interpreters. None: ``VERIFIERS_NEMO_WARM_START``
     (on unless ``0``). Where it cannot serve, the stack starts the plain way and the log says why, once."""
-    start_timeout: float = 300.0
+    start_timeout: float | None = None
+    """The limit on each start, in seconds (Ray head, warm parent and servers together): None:
+    ``VERIFIERS_NEMO_START_TIMEOUT``, else 600 (``waiting``)."""
     stop_timeout: float = 10.0
 
 

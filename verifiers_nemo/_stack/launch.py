@@ -37,6 +37,7 @@ from .procs import (
 )
 from .ray_head import RayHead
 from .supervisor import GYM_SIDE, Supervised, start_supervised
+from .waiting import SAY_EVERY_S, START_TIMEOUT_ENV_VAR, Deadline, machine_load
 from .warm_parent import WarmParent, WarmStartUnavailable, say_unavailable
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ def spawn(
     venvs: dict[str, Path | None],
     generation: int,
     warm: WarmParent | None = None,
+    deadline: Deadline | None = None,
 ) -> Launch:
     """Start generation ``generation`` of the stack's processes (not waiting for them to answer): forked from
     the warm parent ``warm`` when given (the servers on the runtime through its launcher venv), else plain.
@@ -118,7 +120,7 @@ def spawn(
         links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime))
         try:
             with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
-                return _new_launch(config, instances, runtime, ray_head, links, generation, warm)
+                return _new_launch(config, instances, runtime, ray_head, links, generation, warm, deadline)
         except WarmStartUnavailable as exc:
             say_unavailable(str(exc))
             refused, retry = str(exc), exc.transient
@@ -162,6 +164,7 @@ def _new_launch(
     links: Path,
     generation: int,
     warm: WarmParent | None,
+    deadline: Deadline | None = None,
 ) -> Launch:
     """A launch under a new name (``run_id``): its supervisor forked by ``warm`` when given (``WarmStartUnavailable``
     when it cannot be, its folders and ports given up), else started plain."""
@@ -212,7 +215,7 @@ def _new_launch(
         supervisor: Supervised = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
     else:
         try:
-            supervisor = warm.supervise(spec, env, run_dir)
+            supervisor = warm.supervise(spec, env, run_dir, deadline)
         except WarmStartUnavailable:
             reservation.release()
             remove_path(run_dir)
@@ -231,9 +234,11 @@ def _new_launch(
     )
 
 
-def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
-    """Wait until every server of ``launch`` answers; ``StackStartError`` when ng_run exits or time is up."""
-    deadline = launch.started_at + start_timeout
+def wait_ready(launch: Launch, stack_name: str, deadline: Deadline) -> None:
+    """Wait until every server of ``launch`` answers; ``StackStartError`` when ng_run exits or the start's
+    ``deadline`` passes. Every 30 s it says which servers are waited for."""
+    start_timeout = deadline.limit
+    said_at = time.monotonic()
     pending = {"head_server": launch.head_port} | {n: p for n, (_, p) in launch.servers.items()}
     while pending:
         if launch.supervisor.poll() is not None:
@@ -244,7 +249,19 @@ def wait_ready(launch: Launch, stack_name: str, start_timeout: float) -> None:
                 del pending[name]
         if not pending:
             break
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now - said_at >= SAY_EVERY_S:
+            said_at = now
+            logger.warning(
+                "Gym stack %s: %s still starting after %.0fs: %s; waiting up to %.0fs more (%s)",
+                stack_name,
+                ", ".join(sorted(pending)),
+                now - launch.started_at,
+                machine_load(),
+                max(0.0, deadline.at - now),
+                START_TIMEOUT_ENV_VAR,
+            )
+        if now > deadline.at:
             waiting = "\n".join(
                 f"{name}'s last lines:\n"
                 + "\n".join(f"  {line}" for line in server_lines(launch.log_path, name, 10, launch.own_paths))

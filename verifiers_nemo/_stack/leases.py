@@ -10,9 +10,12 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from .private_dir import ensure_child
 
 
 @contextlib.contextmanager
@@ -28,7 +31,7 @@ def take_lease(folder: Path) -> tuple[Path, int]:
     """A lease file of this process, created and locked: its path and fd (close the fd to let go). It is locked
     before it appears in ``folder`` (made beside it, then renamed in): a supervisor scanning the folder would take
     an unlocked lease for a dead holder's and remove it."""
-    folder.mkdir(exist_ok=True, mode=0o700)
+    ensure_child(folder.parent, folder.name)
     name = f"{os.getpid()}-{secrets.token_hex(4)}"
     staged = folder.parent / f".lease-{name}"
     fd = os.open(staged, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
@@ -46,11 +49,20 @@ def give_up_lease(lease: tuple[Path, int]) -> None:
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
-    """A helper's state file, or None when there is none (or it is unreadable)."""
+    """A helper's state file, or None when there is none, it is unreadable, or it is not a file of this user's
+    alone (a link, another owner, open to others: not one ``write_state`` wrote)."""
     try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return None
+    with os.fdopen(fd) as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None
+        try:
+            state = json.loads(f.read())
+        except (OSError, ValueError):
+            return None
     return state if isinstance(state, dict) else None
 
 

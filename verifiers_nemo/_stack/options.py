@@ -25,7 +25,7 @@ class StackOptions:
     gym_version: str | None = None
     isolated_venvs: bool = False
     max_steps: int | None = DEFAULT_MAX_STEPS
-    start_timeout: float = 300.0
+    start_timeout: float | None = None
     overrides: tuple[str, ...] = ()
     shared_ray: bool = True
     config_paths: tuple[Path, ...] | None = None

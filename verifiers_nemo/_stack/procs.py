@@ -203,6 +203,22 @@ def remove_legacy_port_locks(lock_dir: Path) -> None:
         lock_dir.rmdir()
 
 
+def listener_uids(port: int) -> set[int]:
+    """The users whose sockets listen on TCP ``port`` of this machine (IPv4 or IPv6; ``/proc/net/tcp``)."""
+    uids = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.readlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                uids.add(int(fields[7]))
+    return uids
+
+
 def listening_pids(port: int, sid: int) -> list[int]:
     """The processes of session ``sid`` that hold a socket listening on TCP ``port`` (IPv4 or IPv6)."""
     inodes = set()

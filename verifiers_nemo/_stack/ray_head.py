@@ -7,8 +7,9 @@ machine that starts a Gym stack joins one head instead: the first starts it (``r
 from the Gym runtime, lean: no autoscaler monitor, no log monitor, no prestarted workers, node reports once
 a minute), later ones join it, and it stops once no process holds it any more.
 
-On disk, under ``ray_dir()`` (``VERIFIERS_NEMO_RAY_DIR``, else ``<tmp>/vnr-ray-<uid>``, mode 0700), one
-folder per head key (``head_key``: Ray's version and the runtime's Python, which Ray requires to match):
+On disk, under ``ray_dir()`` (the user's checked folder: ``private_dir.py``; ``VERIFIERS_NEMO_RAY_DIR``, else
+``$XDG_RUNTIME_DIR/verifiers-nemo``, else ``<tmp>/vnr-ray-<uid>``), one folder per head key (``head_key``: Ray's
+version and the runtime's Python, which Ray requires to match):
 
 - ``lock``: ``flock``-ed while a process starts or joins the head, and by the head's supervisor when it
   decides to stop, so that concurrent first starts race safely and no process joins a stopping head;
@@ -18,7 +19,9 @@ folder per head key (``head_key``: Ray's version and the runtime's Python, which
   kernel releases that lock however the holder dies (SIGKILL included); the head's supervisor removes
   such dead leases and stops the head once none is live (``_gym_side/supervisor.py``).
 
-The head binds 127.0.0.1 only, keeps its Ray files in a temporary folder of its own (not the machine-wide
+What ``head.json`` names is verified before it is used: the supervisor is a process of this user, the GCS port is
+listened on by this user's sockets only (``/proc/net/tcp``), and only a Ray temporary folder of this user's is ever
+removed. The head binds 127.0.0.1 only, keeps its Ray files in a temporary folder of its own (not the machine-wide
 ``/tmp/ray``), and requires a random token kept in ``head.json`` (Ray's token authentication): only the
 user's own processes can join it. Processes' stacks do not see each other: each has its own ports, run and
 log folders, and each Gym server is a Ray driver with a namespace of its own.
@@ -40,16 +43,28 @@ from pathlib import Path
 from .._exceptions import StackStartError
 from .._gym import GymRuntime
 from .._gym.runtime import site_packages
+from . import waiting
 from .config import HOST
 from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
-from .procs import kill_session, port_state, remove_path, reserve_ports
+from .private_dir import (
+    RAY_DIR_ENV_VAR,
+    UnsafeFolder,
+    ensure_child,
+    ensure_private,
+    owned_by_me,
+    private_root,
+    process_is_mine,
+)
+from .procs import kill_session, listener_uids, port_state, remove_path, reserve_ports, session_pids
 from .registry import Registry
 from .supervisor import start_detached
 
 logger = logging.getLogger(__name__)
 
-RAY_DIR_ENV_VAR = "VERIFIERS_NEMO_RAY_DIR"
+__all__ = ["RAY_DIR_ENV_VAR"]
+RAY_NODE_TIMED_OUT = "The current node timed out during startup"
+"""What ``ray start`` raises when its node did not register within its own fixed 30 s (``ray._private.node``)."""
 READY_LINE = "Ray runtime started."
 """What ``ray start`` prints once its node is registered with the GCS (it waits for that before printing):
 from then on a driver's ``ray.init`` finds the node at once."""
@@ -69,9 +84,22 @@ _LEAN_HEAD_ENV = {
 
 
 def ray_dir() -> Path:
-    """Where the machine's shared heads are kept (per user)."""
-    explicit = os.environ.get(RAY_DIR_ENV_VAR)
-    return Path(explicit) if explicit else Path(tempfile.gettempdir()) / f"vnr-ray-{os.getuid()}"
+    """Where the machine's shared heads (and warm parents) are kept: the user's checked folder, created if missing
+    (``private_dir.private_root``); ``StackStartError`` in one line when the folder named by
+    ``VERIFIERS_NEMO_RAY_DIR`` fails a check."""
+    try:
+        return private_root()
+    except UnsafeFolder as exc:
+        raise StackStartError(str(exc)) from None
+
+
+def helper_folder(heads_dir: Path | None, name: str) -> Path:
+    """The checked folder ``name`` of one shared helper under ``heads_dir`` (checked too) or ``ray_dir()``."""
+    try:
+        root = ensure_private(heads_dir, fix="remove it, or name a folder of your own") if heads_dir else ray_dir()
+        return ensure_child(root, name)
+    except UnsafeFolder as exc:
+        raise StackStartError(str(exc)) from None
 
 
 @functools.cache
@@ -109,10 +137,18 @@ class HeadState:
     def address(self) -> str:
         return f"{HOST}:{self.gcs_port}"
 
+    def mine(self) -> bool:
+        """Whether the supervisor it names is this user's same live process."""
+        return start_time(self.pid) == self.started and process_is_mine(self.pid)
+
     def alive(self) -> bool:
-        """Whether the head still runs: its supervisor is the same live process and its GCS listens (a connection
-        that times out on a loaded machine is not taken for a dead head, which would be torn down)."""
-        return start_time(self.pid) == self.started and port_state(HOST, self.gcs_port, timeout=2.0) != "refused"
+        """Whether the head still runs: its supervisor is this user's same live process and its GCS listens, on a
+        port no other user listens on (a connection that times out on a loaded machine is not taken for a dead
+        head, which would be torn down)."""
+        if not self.mine():
+            return False
+        listening = port_state(HOST, self.gcs_port, timeout=2.0) != "refused"
+        return listening and listener_uids(self.gcs_port) == {os.getuid()}
 
 
 class RayHead:
@@ -120,11 +156,14 @@ class RayHead:
     head is. Made by ``acquire_ray_head`` (one per process and head key, refcounted by its stacks)."""
 
     def __init__(
-        self, runtime: GymRuntime, env: Mapping[str, str], folder: Path | None = None, start_timeout: float = 120.0
+        self,
+        runtime: GymRuntime,
+        env: Mapping[str, str],
+        folder: Path | None = None,
+        deadline: waiting.Deadline | None = None,
     ) -> None:
         self.runtime = runtime
-        self.folder = folder or _folder(runtime)
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.folder = helper_folder(folder.parent, folder.name) if folder else _folder(runtime)
         with locked(self.folder / "lock"):
             self._lease: tuple[Path, int] | None = take_lease(self.folder / "leases")
             try:
@@ -132,7 +171,7 @@ class RayHead:
                 if state is None or not state.alive():
                     if state is not None:
                         _remove_remains(state)
-                    state = _start_head(runtime, env, self.folder, start_timeout)
+                    state = _start_head(runtime, env, self.folder, deadline or waiting.deadline())
             except BaseException:
                 self.leave()
                 raise
@@ -207,9 +246,13 @@ def _join_env(token: str) -> dict[str, str]:
 def _read_state(path: Path) -> HeadState | None:
     state = read_state(path)
     try:
-        return HeadState(**state) if state is not None else None
+        head = HeadState(**state) if state is not None else None
     except TypeError:
         return None
+    kinds = (int, str, int, str, str, str)
+    if head is not None and not all(type(v) is k for v, k in zip(asdict(head).values(), kinds, strict=True)):
+        return None
+    return head
 
 
 def _write_state(path: Path, state: HeadState) -> None:
@@ -217,26 +260,43 @@ def _write_state(path: Path, state: HeadState) -> None:
 
 
 def _remove_remains(state: HeadState) -> None:
-    """What a head that died without its supervisor's clean-up left: its processes and its folder."""
-    if start_time(state.pid) == state.started:
+    """What a head that died without its supervisor's clean-up left: its processes and its folder (only a process
+    of this user's, and only a Ray temporary folder of this user's: what ``_start_head_once`` made)."""
+    if state.mine():
         kill_session(state.pid, timeout=5.0)
-    remove_path(Path(state.temp_dir))
+    temp_dir = Path(state.temp_dir)
+    ours = temp_dir.parent == Path(tempfile.gettempdir()) and temp_dir.name.startswith("vnr-ray-")
+    if ours and owned_by_me(temp_dir):
+        remove_path(temp_dir)
 
 
-def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeout: float) -> HeadState:
+def _start_head(runtime: GymRuntime, env: Mapping[str, str], folder: Path, deadline: waiting.Deadline) -> HeadState:
     """Start a head (under the folder's lock) and wait until its node is registered; a start that fails
-    because a port was taken meanwhile is tried again with other ports."""
-    for attempt in range(1, _START_ATTEMPTS + 1):
+    because a port was taken meanwhile is tried again with other ports, and one that Ray gave up on because its
+    node did not register within Ray's own 30 s (``RAY_NODE_TIMED_OUT``: a busy machine) is tried again for as
+    long as the start's deadline allows."""
+    attempt = 0
+    while True:
+        attempt += 1
         try:
-            return _start_head_once(runtime, env, folder, timeout)
+            return _start_head_once(runtime, env, folder, deadline)
         except StackStartError as exc:
-            if "address already in use" not in str(exc) or attempt == _START_ATTEMPTS:
+            if "address already in use" in str(exc) and attempt < _START_ATTEMPTS:
+                logger.warning("The Ray head's port was taken while it started; retrying")
+            elif RAY_NODE_TIMED_OUT in str(exc) and time.monotonic() < deadline.at:
+                logger.warning(
+                    "The Ray head for Gym stacks gave up after Ray's own 30 s wait for its node (%s); starting it"
+                    " again (attempt %d)",
+                    waiting.machine_load(),
+                    attempt + 1,
+                )
+            else:
                 raise
-            logger.warning("The Ray head's port was taken while it started; retrying")
-    raise AssertionError("unreachable")
 
 
-def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, timeout: float) -> HeadState:
+def _start_head_once(
+    runtime: GymRuntime, env: Mapping[str, str], folder: Path, deadline: waiting.Deadline
+) -> HeadState:
     token = secrets.token_hex(32)
     ports = reserve_ports(3)
     gcs_port, client_port, agent_port = ports.ports
@@ -279,7 +339,7 @@ def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, 
     started = start_time(pid) or ""
     state = HeadState(gcs_port, token, pid, started, str(temp_dir), str(log_path))
     try:
-        _wait_ready(state, timeout)
+        _wait_ready(state, deadline)
     except BaseException:
         _remove_remains(state)
         raise
@@ -290,10 +350,12 @@ def _start_head_once(runtime: GymRuntime, env: Mapping[str, str], folder: Path, 
     return state
 
 
-def _wait_ready(state: HeadState, timeout: float) -> None:
-    """Until ``ray start`` says its node is registered; StackStartError when it exits or time is up."""
-    deadline = time.monotonic() + timeout
+def _wait_ready(state: HeadState, deadline: waiting.Deadline) -> None:
+    """Until ``ray start`` says its node is registered, for as long as it makes progress within the start's
+    ``deadline`` (``waiting.Waiting``: said every 30 s); StackStartError when it exits, stalls or time is up."""
     log = Path(state.log)
+    wait = waiting.Waiting("the Ray head for Gym stacks", deadline, sid=state.pid, log=log)
+    looked_at, launcher_gone = time.monotonic(), False  # the first look a second from now: ``ray start`` execs
     while True:
         try:
             text = log.read_text(errors="replace")
@@ -301,15 +363,27 @@ def _wait_ready(state: HeadState, timeout: float) -> None:
             text = ""
         if READY_LINE in text:
             return
-        if start_time(state.pid) != state.started:
+        if time.monotonic() - looked_at >= 1.0:  # not at every poll: a look at every process of the machine
+            looked_at = time.monotonic()
+            launcher_gone = not _launcher_running(state)
+        if start_time(state.pid) != state.started or launcher_gone:
             tail = "\n".join(text.splitlines()[-20:])
             raise StackStartError(f"The Ray head for Gym stacks exited while starting:\n{tail}\n(full log: {log})")
-        if time.monotonic() > deadline:
-            tail = "\n".join(text.splitlines()[-20:])
-            raise StackStartError(
-                f"The Ray head for Gym stacks was not ready within {timeout:.0f}s:\n{tail}\n(full log: {log})"
-            )
+        wait.check()
         time.sleep(0.05)
+
+
+def _launcher_running(state: HeadState) -> bool:
+    """Whether ``ray start`` still runs in the head's session (once it exits, its supervisor waits for the folder's
+    lock, which the starting process holds: the start has failed)."""
+    for pid in session_pids(state.pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 2 and argv[1].endswith(b"/ray") and argv[2] == b"start":
+            return True
+    return False
 
 
 # -- one lease per (process, head folder), refcounted by the stacks that use it ------------------------
@@ -318,15 +392,18 @@ _heads: Registry[Path, RayHead] = Registry(reusable=lambda head: head.alive)
 
 
 def _folder(runtime: GymRuntime, heads_dir: Path | None = None) -> Path:
-    return (heads_dir or ray_dir()) / head_key(runtime)
+    return helper_folder(heads_dir, head_key(runtime))
 
 
-def acquire_ray_head(runtime: GymRuntime, env: Mapping[str, str], heads_dir: Path | None = None) -> RayHead:
+def acquire_ray_head(
+    runtime: GymRuntime, env: Mapping[str, str], heads_dir: Path | None = None, deadline: waiting.Deadline | None = None
+) -> RayHead:
     """This process's hold on the machine's Ray head for ``runtime``: joined, or started if none runs (or
     the one held died); refcounted by the process's stacks. ``heads_dir``: where the heads are kept, if not
-    ``ray_dir()`` as it is now."""
+    ``ray_dir()`` as it is now; ``deadline``: when the start that needs it must be done
+    (``waiting``; None: ``start_timeout()`` from now)."""
     folder = _folder(runtime, heads_dir)
-    head, spent = _heads.acquire(folder, lambda: RayHead(runtime, env, folder))
+    head, spent = _heads.acquire(folder, lambda: RayHead(runtime, env, folder, deadline))
     if spent is not None:
         logger.warning("Ray head at %s is gone; joined or started another:\n%s", spent.address, spent.log_tail())
         spent.leave()

@@ -24,6 +24,7 @@ from pathlib import Path
 from .._exceptions import StackStartError
 from .._gym import GymRuntime, find_gym_runtime
 from .._signals import at_exit
+from . import waiting
 from .config import HOST, StackConfig, StackInfo
 from .deaths import Deaths
 from .launch import Launch, spawn, wait_ready
@@ -103,17 +104,18 @@ class GymStack:
         self.runtime = find_gym_runtime(self.config.gym_python, gym_version=self.config.gym_version)
         venvs = self._check_requirements(self.runtime)  # before anything starts (the Ray head included)
         self._generation += 1
+        limit = waiting.deadline(self.config.start_timeout)  # the whole start's, retries included
         for attempt in range(1, _START_ATTEMPTS + 1):
             warm = self._join_warm_parent(self.runtime, venvs)  # it prepares while the Ray head starts
-            head = self._join_ray_head(self.runtime)
-            launch = spawn(self.config, self._instances, self.runtime, head, venvs, self._generation, warm)
+            head = self._join_ray_head(self.runtime, limit)
+            launch = spawn(self.config, self._instances, self.runtime, head, venvs, self._generation, warm, limit)
             if launch.warm_retry:  # the warm parent did not answer: the next start asks one that does
                 self._leave_warm_parent()
             else:  # a refusal of this stack holds for its restarts
                 self._warm_refused = self._warm_refused or launch.warm_refused
             self.begin_generation(launch)
             try:
-                wait_ready(self._launch, self.config.name, self.config.start_timeout)
+                wait_ready(self._launch, self.config.name, limit)
                 break
             except StackStartError:
                 log = log_tail(self._launch.log_path, lines=10_000)
@@ -301,7 +303,7 @@ class GymStack:
             server_dirs=dict(self.config.server_dirs),
         )
 
-    def _join_ray_head(self, runtime: GymRuntime) -> RayHead | None:
+    def _join_ray_head(self, runtime: GymRuntime, limit: waiting.Deadline) -> RayHead | None:
         """The machine's Ray head this launch joins (kept across restarts while it lives), or None to let
         ng_run start its own Ray."""
         if not joins_shared_ray(self.config):
@@ -313,7 +315,7 @@ class GymStack:
             # The head is the machine's, shared with other processes' stacks: none of this stack's own
             # variables (``pass_env``, its environment's) reach it, nor the Ray workers it may start.
             own = replace(self.config, pass_env=())
-            self._ray_head = acquire_ray_head(runtime, child_env(os.environ, runtime.bin_dir, own))
+            self._ray_head = acquire_ray_head(runtime, child_env(os.environ, runtime.bin_dir, own), deadline=limit)
         return self._ray_head
 
     def _join_warm_parent(self, runtime: GymRuntime, venvs: dict[str, Path | None]) -> WarmParent | None:

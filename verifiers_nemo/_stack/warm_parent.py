@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._exceptions import StackStartError
 from .._gym import GymRuntime, cache_dir
 from .._gym.runtime import site_packages
 from .._gym_side import wire
@@ -51,10 +52,12 @@ from .._gym_side.warm_child import (
     rlimits,
     signal_state,
 )
+from . import waiting
 from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
+from .private_dir import process_is_mine
 from .procs import kill_session, remove_path
-from .ray_head import ray_dir
+from .ray_head import helper_folder
 from .registry import Registry
 from .supervisor import GYM_SIDE, WarmSupervisor, start_detached
 
@@ -64,7 +67,6 @@ WARM_START_ENV_VAR = "VERIFIERS_NEMO_WARM_START"
 _SOURCES = ("zygote", "warm_supervisor", "warm_child", "supervisor", "wire", "launcher")
 _JEMALLOC_CONF = "JE_ARROW_MALLOC_CONF"
 _POLL_S = 0.5
-_READY_TIMEOUT_S = 180.0
 _PROBE_TIMEOUT_S = 300.0
 
 
@@ -151,11 +153,10 @@ class WarmParent:
 
     def __init__(self, runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: Path) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         with locked(folder / "lock"):
             self._lease: tuple[Path, int] | None = take_lease(folder / "leases")
             try:
-                state = read_state(folder / "state.json")
+                state = _valid(read_state(folder / "state.json"), folder)
                 if state is not None and not _usable(state):
                     _remove_remains(state)
                     state = None
@@ -180,10 +181,14 @@ class WarmParent:
     def alive(self) -> bool:
         return self._lease is not None and start_time(self.pid) == self.state["started"]
 
-    def supervise(self, spec: dict[str, Any], env: Mapping[str, str], cwd: Path) -> WarmSupervisor:
+    def supervise(
+        self, spec: dict[str, Any], env: Mapping[str, str], cwd: Path, deadline: waiting.Deadline | None = None
+    ) -> WarmSupervisor:
         """Fork a stack's supervisor for ``spec`` (as ``start_supervised`` would start it: this process its
-        owner, ``env`` its environment, ``cwd`` its folder). ``WarmStartUnavailable`` when it cannot."""
-        self._wait_ready()
+        owner, ``env`` its environment, ``cwd`` its folder), waiting first, if need be, until the warm parent is
+        ready (as long as it makes progress, within ``deadline``: ``waiting``). ``WarmStartUnavailable`` when it
+        cannot."""
+        self._wait_ready(deadline or waiting.deadline())
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         ignored, blocked = signal_state()
         request = {
@@ -196,7 +201,7 @@ class WarmParent:
         channel = wire.Channel(sock)
         try:
             sock.settimeout(30.0)
-            sock.connect(self.state["socket"])
+            _connect_checked(sock, self.state)
             channel.send(request, [read_end])
             reply, fds = channel.recv()
         except (OSError, EOFError, ValueError) as exc:
@@ -214,14 +219,17 @@ class WarmParent:
             raise WarmStartUnavailable(f"the warm parent refused: {refused}")
         return WarmSupervisor(int(reply["pid"]), fds[0], write_end)
 
-    def _wait_ready(self) -> None:
-        """Until its socket accepts connections; ``WarmStartUnavailable`` with its log's reason if it exits."""
-        deadline = time.monotonic() + _READY_TIMEOUT_S
+    def _wait_ready(self, deadline: waiting.Deadline) -> None:
+        """Until its socket accepts connections; ``WarmStartUnavailable`` with its log's reason if it exits, or when
+        it stalls or the start's time is up."""
+        wait = waiting.Waiting("the warm parent of the Gym runtime", deadline, sid=self.pid, log=self.log_path)
         while not self._ready:
             probe_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             try:
-                probe_sock.connect(self.state["socket"])
+                _connect_checked(probe_sock, self.state)
                 self._ready = True
+            except PermissionError as exc:
+                raise WarmStartUnavailable(str(exc)) from None
             except OSError:
                 if not self.alive:
                     said = self._reason()
@@ -230,8 +238,10 @@ class WarmParent:
                     reason = f"the warm parent exited while preparing: {said}"
                     _unavailable[(str(self.folder.parent), self.folder.name)] = reason  # not asked again here
                     raise WarmStartUnavailable(reason, broken=True) from None
-                if time.monotonic() > deadline:
-                    raise WarmStartUnavailable(f"the warm parent was not ready in {_READY_TIMEOUT_S:.0f}s") from None
+                try:
+                    wait.check()
+                except StackStartError as exc:
+                    raise WarmStartUnavailable(str(exc).split("\n", 1)[0]) from None
                 time.sleep(0.02)
             finally:
                 probe_sock.close()
@@ -251,17 +261,44 @@ class WarmParent:
             give_up_lease(lease)
 
 
+_STATE_KINDS = {"pid": int, "started": str, "socket": str, "log": str}
+
+
+def _valid(state: dict[str, Any] | None, folder: Path) -> dict[str, Any] | None:
+    """A state file's contents when they are what ``_start`` writes, the socket in ``folder`` itself; else None."""
+    if state is None or any(type(state.get(k)) is not kind for k, kind in _STATE_KINDS.items()):
+        return None
+    return state if Path(state["socket"]).parent == folder else None
+
+
+def _connect_checked(sock: socket.socket, state: dict[str, Any]) -> None:
+    """Connect to the warm parent's socket, and make sure the listener is the warm parent of this user that the
+    state names (``SO_PEERCRED``: this user's process, in its supervisor's session) before anything is sent.
+    ``PermissionError`` when it is not (the connection is closed)."""
+    sock.connect(state["socket"])
+    pid, uid, _ = wire.peer(sock)
+    try:
+        session = os.getsid(pid)
+    except OSError:
+        session = -1
+    if uid != os.getuid() or session != int(state["pid"]):
+        sock.close()
+        raise PermissionError(
+            f"the process listening on {state['socket']} (pid {pid}, uid {uid}) is not this user's warm parent"
+        )
+
+
 def _usable(state: dict[str, Any]) -> bool:
     """Whether a warm parent the state file names may be joined: its supervisor is the same live process, and its
     socket, once there (it appears when the warm parent has prepared), takes connections. One whose socket refuses
     them has stopped serving: its warm parent exited, its supervisor is tearing it down (as the Ray head's GCS port
     tells a dead head)."""
-    if start_time(int(state["pid"])) != state["started"]:
+    if start_time(int(state["pid"])) != state["started"] or not process_is_mine(int(state["pid"])):
         return False
     probe_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         probe_sock.settimeout(2.0)
-        probe_sock.connect(state["socket"])
+        _connect_checked(probe_sock, state)
     except (FileNotFoundError, TimeoutError, BlockingIOError):
         return True  # preparing, or too busy to accept at once: alive
     except OSError:
@@ -274,9 +311,9 @@ def _usable(state: dict[str, Any]) -> bool:
 def _remove_remains(state: dict[str, Any]) -> None:
     """What a warm parent that stopped serving left (under the folder's lock, before its successor starts): its
     supervisor's session, still stopping, and its socket. Stacks forked from it lead sessions of their own."""
-    if start_time(int(state["pid"])) == state["started"]:
+    if start_time(int(state["pid"])) == state["started"] and process_is_mine(int(state["pid"])):
         kill_session(int(state["pid"]), timeout=5.0)
-    remove_path(Path(state["socket"]))
+    remove_path(Path(state["socket"]))  # in the warm parent's own checked folder (``_valid``)
 
 
 def _start(runtime: GymRuntime, env: Mapping[str, str], folder: Path, preload: Path) -> dict[str, Any]:
@@ -368,7 +405,7 @@ def acquire_warm_parent(runtime: GymRuntime, env: Mapping[str, str], heads_dir: 
     if unusable is not None:
         raise WarmStartUnavailable(unusable)
     preload, listed = probe(runtime, env)
-    folder = (heads_dir or ray_dir()) / f"warm-{key(runtime, env, listed.get('env_read', []))}"
+    folder = helper_folder(heads_dir, f"warm-{key(runtime, env, listed.get('env_read', []))}")
     _sweep(folder.parent, keep=folder)
     failed = _unavailable.get((str(folder.parent), folder.name))
     if failed is not None:
