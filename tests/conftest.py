@@ -108,6 +108,8 @@ LONGEST_FIRST = (
     "tests/faults/test_shared_ray_head.py",
     "tests/e2e/test_stack.py",
     "tests/e2e/test_env_server.py",
+    "tests/e2e/test_own_envs_guide.py",
+    "tests/e2e/test_own_envs.py",
     "tests/e2e/test_docs.py",
     "tests/e2e/test_training_recipe.py",
     "tests/faults/test_first_use.py",
