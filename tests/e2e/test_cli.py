@@ -431,5 +431,6 @@ async def test_envs_lists_the_catalogue_and_filters_runnable(tmp_path: Path) -> 
         "VARIABLES",
         "READY",
         "RECORDED",
+        "FROM",
     ]
     assert any(line.startswith("example_multi_step ") and "simple_agent" in line for line in table.splitlines())

@@ -150,17 +150,18 @@ def test_extra_requirements_install_once_by_content_and_an_edit_of_them_rebuilds
     app = app.replace(
         'WEATHER_WORD + " in " + body.city', 'xmltodict.parse("<w>" + WEATHER_WORD + "</w>")["w"] + " in " + body.city'
     )
-    folder = write_weather_env(tmp_path, "with_deps", requirements="xmltodict==1.0.2\n", app=app)
+    fresh = f"!=0.0.{time.time_ns()}"  # requirements no earlier run installed: each a new derived environment
+    folder = write_weather_env(tmp_path, "with_deps", requirements=f"xmltodict==1.0.2,{fresh}\n", app=app)
 
     first = _run("prepare", str(folder), "-v", cwd=tmp_path)
     (folder / "app.py").write_text(app + "\n# edited\n")
     again = _run("prepare", str(folder), "-v", cwd=tmp_path)
-    (folder / "requirements.txt").write_text("xmltodict==1.0.2\ntoml\n")
+    (folder / "requirements.txt").write_text(f"xmltodict==1.0.2,{fresh}\ntoml\n")
     changed = _run("prepare", str(folder), "-v", cwd=tmp_path)
 
     assert [code for code, _ in (first, again, changed)] == [0, 0, 0], first[1] + again[1] + changed[1]
     assert "with_deps: ready (extra packages in 1 server environment" in first[1]
-    assert "Installing" not in again[1] and "Installing" in changed[1], again[1] + changed[1]
+    assert "Installing" in first[1] and "Installing" not in again[1] and "Installing" in changed[1], [first, again]
     code, output = _run("eval", str(folder), cwd=tmp_path)
     assert code == 0, output[-3000:]
     assert "5/5 rewards equal the recorded ones" in output
