@@ -46,7 +46,7 @@ def stock_start(env: str, workdir: Path) -> tuple[float, int, int]:
     reservation = reserve_ports(1 + len(instances), Path(tempfile.gettempdir()) / "vn-bench-ports")
     head, *ports = reservation.ports
     argv = [
-        str(runtime.ng_run),
+        *runtime.start_command,
         f"+config_paths=[{config},{policy}]",
         "+policy_base_url=http://127.0.0.1:9/v1",
         "+policy_api_key=EMPTY",

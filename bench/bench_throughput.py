@@ -308,7 +308,7 @@ class StockStack:
         head, *ports = self._reservation.ports
         self.ports = {"head_server": head} | {i.name: p for i, p in zip(self.instances, ports, strict=True)}
         argv = [
-            str(self.runtime.ng_run),
+            *self.runtime.start_command,
             f"+config_paths={self.config_paths}",
             f"+policy_base_url={self.policy_base_url}",
             "+policy_api_key=EMPTY",

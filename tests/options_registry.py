@@ -141,6 +141,8 @@ EFFECT_TESTS: dict[str, str] = {
     "eval --renderer": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
     "eval --renderer-model": TRAIN + "test_a_custom_renderer_checks_against_a_real_engine_route_and_against_the_replay",
     "eval --renderer-config": TRAIN + "test_with_the_guide_s_thinking_retention_fix_every_rollout_is_one_sample_on_0_7",
+    "eval --generate-shape": TRAIN
+    + "test_in_vllm_0_33_s_reply_shape_every_rollout_records_the_policy_versions_it_was_sampled_under",
     # -- report, export, envs, prepare, replay-server
     "report --verbose": VERBOSE,
     "report RUN_DIR": U + "test_report_writes_its_title_where_output_says",

@@ -61,18 +61,18 @@ def file_of(nodeid: str) -> str:
 
 
 def process_kind(argv: Sequence[str]) -> str | None:
-    """``STACK`` for nemo-gym's launcher ``ng_run`` (the console script run directly, or by a Python
-    interpreter: its cmdline is then ``python .../bin/ng_run ...``), ``RAY_HEAD`` for a Ray head's GCS server
-    (``.../ray/core/src/ray/gcs/gcs_server ...``), else None. Only the program and, after an interpreter, the
+    """``STACK`` for nemo-gym's launcher ``ng_run`` or ``gym env start`` (0.7; the console script run directly, or
+    by a Python interpreter: its cmdline is then ``python .../bin/ng_run ...``), ``RAY_HEAD`` for a Ray head's GCS
+    server (``.../ray/core/src/ray/gcs/gcs_server ...``), else None. Only the program and, after an interpreter, the
     script are looked at: a supervisor whose JSON argument names ng_run is not a stack."""
     if not argv:
         return None
     program = os.path.basename(argv[0])
     if program == "gcs_server":
         return RAY_HEAD
-    if program == "ng_run":
-        return STACK
-    if program.startswith("python") and len(argv) > 1 and os.path.basename(argv[1]) == "ng_run":
+    if program.startswith("python") and len(argv) > 1:  # an interpreter running the console script
+        program, argv = os.path.basename(argv[1]), argv[1:]
+    if program == "ng_run" or (program == "gym" and list(argv[1:3]) == ["env", "start"]):
         return STACK
     return None
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.e2e.docs_python import doc_block, run_here
 from tests.e2e.test_verifiers_env import VF_PYTHON, _run, _traces, replay_server, vf_eval
+from tests.faults.helpers import cmdline_of
 from verifiers_nemo import NeMoGymHarness, NeMoGymTaskset, ReplayServer
 
 pytestmark = pytest.mark.e2e
@@ -48,7 +49,8 @@ def closed_port() -> Iterator[int]:
 
 def test_rollouts_go_through_the_environment_server_in_front_of_the_agent(gym07: str) -> None:
     """0.7 configs declare `<env>_environment_server` (legacy_agent) relaying to the agent; Gym's own collector
-    posts there, and so do we. Its access log (Gym's `uvicorn_logging_show_200_ok`) shows every /run."""
+    posts there, and so do we. Its access log (Gym's `uvicorn_logging_show_200_ok`) shows every /run. The stack is
+    started with 0.7's `gym env start`, so its log says nothing is deprecated."""
     tasks = NeMoGymTaskset("example_multi_step", recorded=True, root=_root(gym07), limit=3)
 
     async def run() -> tuple[list, str]:
@@ -61,6 +63,8 @@ def test_rollouts_go_through_the_environment_server_in_front_of_the_agent(gym07:
                 assert harness.gym_version == "0.7.0"
                 log_path = harness.stack.log_path
                 assert log_path is not None
+                launchers = [cmdline_of(pid) for pid in harness.stack.info().pids]
+                assert any(" env start +config_paths=" in c and "/bin/gym " in c for c in launchers), launchers
                 # Gym's launcher merges every server's output into one log (lines of two servers can share
                 # one line): count the /run access lines, polling until both hops of every rollout are written.
                 deadline = time.monotonic() + 60
@@ -72,6 +76,8 @@ def test_rollouts_go_through_the_environment_server_in_front_of_the_agent(gym07:
     assert [r.error for r in results] == [None] * 3 and all(r.reward == 1.0 for r in results)
     assert log.count(RUN_LINE) == 6, log[-3000:]  # each rollout: the relay's /run, then the agent's (3 alone if direct)
     assert "(example_multi_step_environment_server)" in log
+    # 0.7's own `gym env start`, not its deprecated alias `ng_run` (which says so in the log it starts)
+    assert "deprecated" not in log.lower(), [line for line in log.splitlines() if "deprecated" in line.lower()]
 
 
 @pytest.mark.parametrize("where", ["here", "on a Ray actor"])

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_verifiers_env import VF_PYTHON, _run
+from tests.e2e.test_verifiers_env import VF_PYTHON, _run, setup_pins, verifiers_python
 from tests.e2e.train_engines import CHAT_TEMPLATE, RENDERER_FILE, TrainEngines
 from tests.realmodel.server import NotBuilt, find_build
 
@@ -55,9 +55,9 @@ def guide_block(language: str, containing: str) -> str:
     return block
 
 
-def _verifiers_venv_env(**more: str) -> dict[str, str]:
-    """A shell of the verifiers venv (its bin first on PATH, as an activated venv), POLICY_KEY set."""
-    env = {**os.environ, "PATH": f"{VF_PYTHON.parent}{os.pathsep}{os.environ.get('PATH', '')}", **more}
+def _verifiers_venv_env(python: Path = VF_PYTHON, **more: str) -> dict[str, str]:
+    """A shell of a verifiers venv (its bin first on PATH, as an activated venv), POLICY_KEY set."""
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}", **more}
     env.pop("VIRTUAL_ENV", None)
     env.setdefault("POLICY_KEY", "sk-policy-test")
     return env
@@ -264,3 +264,56 @@ def test_an_interrupted_check_leaves_no_process_and_its_resume_runs_only_what_is
     assert all(r["training"]["branches"] == 1 and r["reward"] == r["recorded_reward"] for r in rows)
     assert "example_multi_step: 1.00 samples/rollout · 40/40 one sample · 0 forked" in resumed.stdout
     assert not pids_with_env(marker)
+
+
+def test_in_vllm_0_33_s_reply_shape_every_rollout_records_the_policy_versions_it_was_sampled_under(
+    qwen3: Path, tmp_path: Path
+) -> None:
+    """The guide's block run in the verifiers pre-release venv (renderers 0.1.13.dev17 reads vLLM 0.33's integer
+    token ids and weight versions): the replay engine answers in that shape, every rollout is one sample with its
+    recorded reward, and its record, the summary and the report say which policy version sampled it."""
+    block = guide_block("bash", "--generate-shape vllm-0.33")
+    install, command = block.strip().split("\n", 1)
+    assert shlex.split(install)[3:] == setup_pins(), "the guide's pins are the suite's (.ci/setup-tests)"
+    python = verifiers_python("verifiers-pre")
+    out = tmp_path / "out"
+    env = _verifiers_venv_env(python, QWEN3=str(qwen3), VERIFIERS_NEMO_GYM_PYTHON=str(GYM04), PYTHONUNBUFFERED="1")
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", f"{command} -s -o {shlex.quote(str(out))}"],
+                          cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=LIMIT_S)  # fmt: skip
+    rows, metadata = _saved(out)
+
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert metadata["versions"]["verifiers"] == "0.4.1.dev86" and metadata["versions"]["renderers"] == "0.1.13.dev17"
+    assert len(rows) == 5 and all(r["error"] is None and r["reward"] == r["recorded_reward"] for r in rows)
+    for row in rows:
+        training = row["training"]
+        assert training["branches"] == training["samples"] == 1, training
+        versions = training["policy_versions"]  # a replay is one policy: version 0 sampled every turn
+        assert versions == {"oldest": "0", "newest": "0", "versions": 1, "by_turn": [["0"]] * training["turns"]}
+    by_env = metadata["summary"]["training"]["by_env"]["example_multi_step"]
+    assert by_env["policy_versions"] == {"labelled": 5, "oldest": "0", "newest": "0", "across_versions": 0}
+    assert "policy versions 0 (5/5 rollouts labelled) · 0 across versions" in done.stdout
+
+    report = tmp_path / "report.html"
+    shown = subprocess.run([str(ROOT / ".venv" / "bin" / "verifiers-nemo"), "report", str(next(out.glob("*/*"))),
+                            "-o", str(report)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert '"policy_versions":{"labelled":5,"oldest":"0","newest":"0","across_versions":0}' in (report.read_text())
+
+
+def test_an_engine_reply_verifiers_0_4_0_cannot_read_ends_the_run_at_once_in_one_line(
+    qwen3: Path, tmp_path: Path
+) -> None:
+    """renderers 0.1.12 (verifiers 0.4.0's) cannot read vLLM 0.33's generate reply: the first reply ends the run, in
+    one line naming the versions installed and the fix, with no traceback and no rollout recorded as failed."""
+    code, output, rows, metadata = _check(
+        GYM04, tmp_path, "example_multi_step", "-n", "2", "-c", "1", "--renderer", "qwen3", "--renderer-model",
+        str(qwen3), "--generate-shape", "vllm-0.33",
+    )  # fmt: skip
+
+    assert code != 0 and rows == [] and metadata["status"] == "failed", output[-3000:]
+    (line,) = [line for line in output.splitlines() if "error:" in line]
+    assert line.startswith("verifiers-nemo: error: the engine's reply ended the run: verifiers' training client")
+    assert "(installed here: renderers 0.1.12, verifiers 0.4.0)" in line and "renderers >= 0.1.13.dev17" in line
+    assert "Traceback" not in output

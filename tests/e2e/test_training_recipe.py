@@ -31,7 +31,7 @@ import pytest
 
 from tests.e2e import trace_graph
 from tests.e2e.env_server_harness import EpisodeClient, ServedEnv
-from tests.e2e.test_verifiers_env import VF_PYTHON, _environ
+from tests.e2e.test_verifiers_env import VERIFIERS_RELEASES, VF_PYTHON, _environ, verifiers_python
 from tests.e2e.train_engines import QWEN3_MODEL_LEN, QWEN3_THOUGHTS, TrainEngines
 
 pytestmark = pytest.mark.e2e
@@ -84,9 +84,11 @@ def env_config(source: dict[str, Any]) -> dict[str, Any]:
     return {"taskset": dict(source["env"]["taskset"]), "agent": dict(source["env"]["agent"])}
 
 
-def test_every_source_of_the_recipe_loads_as_the_orchestrator_loads_it() -> None:
+@pytest.mark.parametrize("release", VERIFIERS_RELEASES)
+def test_every_source_of_the_recipe_loads_as_the_orchestrator_loads_it(release: str) -> None:
     """Each source's environment resolves as verifiers reads it and its taskset loads (prime-rl's orchestrator does
-    both before the first episode); each is served by one static worker."""
+    both before the first episode), with verifiers 0.4.0 and with the pre-release; each is served by one static
+    worker."""
     config = recipe()
     sources = config["orchestrator"]["train"]["source"]
     assert len(sources) == 3 and config["orchestrator"]["renderer"] == {"name": "qwen3"}
@@ -99,7 +101,7 @@ def test_every_source_of_the_recipe_loads_as_the_orchestrator_loads_it() -> None
     )
     envs = json.dumps([env_config(s) for s in sources])
     proc = subprocess.run(
-        [str(VF_PYTHON), "-c", code, envs], env=_environ(), capture_output=True, text=True, timeout=300
+        [str(verifiers_python(release)), "-c", code, envs], env=_environ(), capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = dict(line.split() for line in proc.stdout.splitlines())

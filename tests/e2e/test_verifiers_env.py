@@ -27,6 +27,27 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 VF_PYTHON = ROOT / ".venv-vf" / "bin" / "python"
 RUN_LIMIT_S = 300  # a cold stack start, vf-eval's 7-10 s import and a busy machine fit well inside
+VF_PRE_PYTHON = ROOT / ".venv-vfpre" / "bin" / "python"
+"""The newest verifiers and renderers pre-releases (pinned in .ci/setup-tests): the cheapest representative tests
+of verifiers' side run in both venvs (``verifiers_python``)."""
+VERIFIERS_RELEASES = {"verifiers-0.4.0": VF_PYTHON, "verifiers-pre": VF_PRE_PYTHON}
+
+
+def verifiers_python(release: str) -> Path:
+    """The interpreter of a ``VERIFIERS_RELEASES`` venv (the test fails, naming the set-up, where it is missing)."""
+    python = VERIFIERS_RELEASES[release]
+    if not python.exists():
+        pytest.fail(f"{python} is missing: `bash .ci/setup-tests` builds the verifiers venvs these tests run in")
+    return python
+
+
+def setup_pins() -> list[str]:
+    """The pre-release pins .ci/setup-tests installs into .venv-vfpre (``VF_PRE=(...)``)."""
+    import re
+    import shlex
+
+    (line,) = re.findall(r"^VF_PRE=\((.*?)\)", (ROOT / ".ci" / "setup-tests").read_text(), re.MULTILINE)
+    return shlex.split(line)
 
 
 @pytest.fixture(scope="module")
@@ -391,14 +412,17 @@ async def test_vf_eval_max_turns_bounds_gym_steps_so_rollouts_still_verify(vf_py
     assert "Gym stack example_multi_step ready" in log, "our log lines should reach vf-eval's log"
 
 
-async def test_vf_eval_failed_rollout_is_a_harness_error_never_a_reward_of_zero(
-    vf_python: Path, tmp_path: Path, engines: TrainEngines
+@pytest.mark.parametrize("release", VERIFIERS_RELEASES)
+async def test_vf_eval_an_engine_in_vllm_0_32_s_shape_fails_each_rollout_in_one_line_unless_renderers_reads_it(
+    release: str, tmp_path: Path, engines: TrainEngines
 ) -> None:
-    """Under verifiers' training client, an engine answering generate in vLLM 0.32's shape (which renderers 0.1.12
-    cannot read) fails every rollout at once, with one line naming the cause and the fix: never retried (the
-    interception answers 502, a status otherwise retried), never a reward of 0."""
+    """Under verifiers' training client, an engine answering generate in vLLM 0.32's shape: renderers 0.1.12
+    (verifiers 0.4.0's) cannot read it, and every rollout fails at once with one line naming the cause and the fix,
+    never retried (the interception answers 502, a status otherwise retried), never a reward of 0; renderers
+    0.1.13.dev17 (the pre-release's) reads it, and every rollout is scored."""
+    before = engines.seen()["calls"].get("script/vllm-0.32", 0)  # the engines serve the whole module
     _code, output, episodes = await vf_eval(
-        vf_python,
+        verifiers_python(release),
         tmp_path,
         engines.base_url("script/vllm-0.32"),
         "--env.taskset.nemo-env",
@@ -409,8 +433,12 @@ async def test_vf_eval_failed_rollout_is_a_harness_error_never_a_reward_of_zero(
     )
     traces = _traces(episodes)
     assert len(traces) == 2, output[-3000:]
-    assert engines.seen()["calls"]["script/vllm-0.32"] == 2  # one generate call per rollout: no retry
+    assert engines.seen()["calls"]["script/vllm-0.32"] - before == 2  # one generate call per rollout: no retry
     for trace in traces:
+        if release == "verifiers-pre":
+            assert trace["ok"] and not trace["errors"], trace["errors"]
+            assert trace["info"]["nemo_gym"]["error"] is None and _reward(trace) is not None
+            continue
         assert not trace["ok"]
         assert _reward(trace) is None, "a failed rollout must carry no reward"
         assert [e["type"] for e in trace["errors"]] == ["HarnessError"], trace["errors"]

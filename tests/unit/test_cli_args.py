@@ -291,16 +291,20 @@ FLAG_EFFECTS: dict[str, tuple[list[str], list[str]]] = {
     "renderer": (["--client-type", "train"], ["--renderer", "qwen3"]),
     "renderer_model": (["--client-type", "train"], ["--renderer-model", "Qwen/Qwen3-8B"]),
     "renderer_config": (["--client-type", "train"], ["--renderer-config", '{"thinking_retention": "all"}']),
+    "generate_shape": (["--client-type", "train", "--renderer-model", "d"], ["--generate-shape", "vllm-0.33"]),
 }
 """One use of every mapped flag, so a flag added to the parser and the mapping needs an effect here too."""
 FIELD_OF = {dest: name for name, spec in FIELDS.items() for dest in spec.flags}
+REPLAY_ONLY = {"generate_shape"}
+"""Flags of the replay policy: their run is `ENV` without -b."""
 
 
 def _eval_argv(dest: str, with_flag: bool) -> list[str]:
     context, flag = FLAG_EFFECTS[dest]
     if dest == "env":
         return [*(flag if with_flag else [ENV]), "-b", URL, *context]
-    return [ENV, "-b", URL, *context, *(flag if with_flag else [])]
+    endpoint = [] if dest in REPLAY_ONLY else ["-b", URL]
+    return [ENV, *endpoint, *context, *(flag if with_flag else [])]
 
 
 def test_every_mapped_flag_has_an_effect_below() -> None:

@@ -72,3 +72,30 @@ def test_a_relative_gym_python_is_made_absolute_and_keeps_its_venv(monkeypatch: 
     runtime = find_gym_runtime(os.path.relpath(venv_python))
     assert runtime.python == venv_python
     assert runtime.prefix == Path(sys.prefix)
+
+
+GYM_SCRIPT = "#!/rt/bin/python\nimport sys\nfrom nemo_gym.cli.main import main\nsys.exit(main())\n"
+
+
+@pytest.mark.parametrize(
+    ("gym", "command"),
+    [
+        (GYM_SCRIPT, ["bin/gym", "env", "start"]),  # nemo-gym's own (0.4.0, 0.7.0): its `ng_run` is a deprecated alias
+        (None, ["bin/ng_run"]),  # a runtime without it
+        ("#!/bin/sh\nexec other-gym\n", ["bin/ng_run"]),  # a `gym` of some other package
+    ],
+    ids=["gym-env-start", "no-gym", "another-gym"],
+)
+def test_a_stack_starts_with_gym_env_start_where_the_runtime_has_it_else_ng_run(
+    tmp_path: Path, gym: str | None, command: list[str]
+) -> None:
+    from verifiers_nemo._gym.runtime import GymRuntime
+
+    (tmp_path / "bin").mkdir()
+    scripts = {"python": "", "ng_run": GYM_SCRIPT.replace("main import", "legacy import"), "gym": gym}
+    for name, text in scripts.items():
+        if text is not None:
+            (tmp_path / "bin" / name).write_text(text)
+    runtime = GymRuntime(python=tmp_path / "bin" / "python", prefix=tmp_path, root=tmp_path, nemo_gym_version="0.4.0")
+
+    assert runtime.start_command == [str(tmp_path / command[0]), *command[1:]]

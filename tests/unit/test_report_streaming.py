@@ -135,6 +135,20 @@ def _training(rollouts: list[Rollout]) -> dict[str, Any] | None:
         "one_sample": sum(1 for r in trained if r.samples == 1),
         "forked": sum(1 for r in trained if r.samples > 1),  # type: ignore[operator]
         "fork_example": {"task": forked[0].task, **forked[0].fork} if forked else None,  # type: ignore[dict-item]
+        "policy_versions": _versions([r.policy_versions for r in trained if r.policy_versions]),
+    }
+
+
+def _versions(labelled: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The oldest and newest of the rollouts' policy versions (integers here), and how many crossed one."""
+    if not labelled:
+        return None
+    versions = [int(v[end]) for v in labelled for end in ("oldest", "newest")]
+    return {
+        "labelled": len(labelled),
+        "oldest": str(min(versions)),
+        "newest": str(max(versions)),
+        "across_versions": sum(1 for v in labelled if v["versions"] > 1),
     }
 
 
@@ -163,6 +177,12 @@ def _mixed_run(tmp_path: Path) -> Path:
                     "detail": "x",
                 }
                 record["training"] = {"branches": 2 if forked else 1, **({"fork": fork} if forked else {})}
+                if record["task_index"] % 2:  # labelled by the engine: from step task % 7, one or two steps
+                    first, steps = record["task_index"] % 7, 1 + record["rollout_index"] % 2
+                    versions = [str(first + i) for i in range(steps)]
+                    record["training"]["policy_versions"] = {
+                        "oldest": versions[0], "newest": versions[-1], "versions": steps, "by_turn": [versions],
+                    }  # fmt: skip
             if record["reward"] is not None and not record.get("masked"):
                 record["reward"] = round(record["reward"] * 0.5 + record["metrics"]["set_overlap"] * 0.5, 3)
                 record["recorded_reward"] = record["reward"] if record["task_index"] % 4 else 1.0

@@ -36,6 +36,9 @@ GCS = "/root/.cache/verifiers-nemo/gym/0.4/venv/lib/python3.12/site-packages/ray
         ([NG_RUN, "+config_paths=[a.yaml]"], STACK),  # the console script exec'ed through its shebang
         (["/venv/bin/python3", NG_RUN, "+config_paths=[a.yaml]"], STACK),  # its interpreter named
         (["python", "ng_run"], STACK),
+        (["/venv/bin/python3.13", "/venv/bin/gym", "env", "start", "+config_paths=[a.yaml]"], STACK),  # 0.7
+        (["/venv/bin/gym", "env", "start"], STACK),
+        (["/venv/bin/gym", "env", "list"], None),
         ([GCS, "--gcs_server_port=6379", "--log_dir=/tmp/ray/session/logs"], RAY_HEAD),
         # what is not one: the supervisor whose JSON spec names ng_run, Ray's other processes, a grep
         (["/venv/bin/python", "/x/_gym_side/supervisor.py", f'{{"argv": ["{NG_RUN}"]}}'], None),

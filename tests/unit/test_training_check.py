@@ -260,8 +260,22 @@ def test_the_training_client_flags_set_the_run_settings() -> None:
             "does not take --exact-tokens",
         ),
         (("--client-type", "train", "-b", "http://127.0.0.1:8000/v1", "-m", "m", "--return-tokens"), "--return-tokens"),
+        (("--generate-shape", "vllm-0.33"), "--generate-shape sets the training client's reply shape"),
+        (
+            ("--client-type", "train", "-b", "http://127.0.0.1:8000/v1", "-m", "m", "--generate-shape", "vllm-0.33"),
+            "an engine at -b answers in its own",
+        ),
     ],
-    ids=["renderer-alone", "replay-without-tokenizer", "ray", "responses", "exact-tokens", "return-tokens"],
+    ids=[
+        "renderer-alone",
+        "replay-without-tokenizer",
+        "ray",
+        "responses",
+        "exact-tokens",
+        "return-tokens",
+        "shape-alone",
+        "shape-of-a-real-engine",
+    ],
 )
 def test_training_client_flags_that_cannot_go_together_are_refused_naming_the_fix(
     argv: tuple[str, ...], message: str

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .._report.selection import DEFAULT_MAX_ROLLOUTS
+from .._training.reply_shapes import GENERATE_SHAPES
 from .console import EXIT_USAGE, PROG
 from .envs import cmd_envs
 from .eval import cmd_eval
@@ -357,6 +358,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="JSON",
         help='more [client.renderer] keys as a JSON object, e.g. \'{"thinking_retention": "all"}\' or a custom '
         "renderer's chat_template",
+    )
+    train.add_argument(
+        "--generate-shape",
+        choices=GENERATE_SHAPES,
+        help="the replay engine's /inference/v1/generate reply shape: vllm-0.31 (logprob tokens as "
+        '"token_id:N", as vLLM 0.26-0.31 and prime-rl\'s inference server answer; every renderers reads it; the '
+        "default), vllm-0.32 (integer token_id) or vllm-0.33 (integer token_id and the weight versions that sampled "
+        "each completion: the results record each rollout's policy versions); the newer two need renderers >= "
+        "0.1.13.dev17",
     )
 
     out = ev.add_argument_group("results")

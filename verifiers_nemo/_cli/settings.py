@@ -50,6 +50,7 @@ FIELDS: dict[str, SettingFlags] = {
     "renderer": SettingFlags(("renderer",), "--renderer"),
     "renderer_model": SettingFlags(("renderer_model",), "--renderer-model"),
     "renderer_config": SettingFlags(("renderer_config",), "--renderer-config"),
+    "generate_shape": SettingFlags(("generate_shape",), "--generate-shape"),
 }
 """``EvalSettings`` field → the flags that set it (``nemo_env`` is derived from ENV and ``-a``)."""
 
@@ -130,7 +131,7 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
     return EvalSettings(**given)
 
 
-_TRAINING_ONLY = ("renderer", "renderer_model", "renderer_config")
+_TRAINING_ONLY = ("renderer", "renderer_model", "renderer_config", "generate_shape")
 _NOT_WITH_TRAINING = {
     "exact_tokens": "--exact-tokens (the training client renders and samples tokens itself)",
     "ray": "--ray (the training client runs its episodes in this process, as a verifiers env server's worker does)",
@@ -142,8 +143,9 @@ def _check_training_client(given: dict[str, Any], policy: str) -> None:
     if given.get("client_type", "eval") != "train":
         for name in _TRAINING_ONLY:
             if name in given:
+                what = "reply shape" if name == "generate_shape" else "renderer"
                 raise ConfigurationError(
-                    f"{FIELDS[name].label} sets the training client's renderer: add --client-type train."
+                    f"{FIELDS[name].label} sets the training client's {what}: add --client-type train."
                 )
         return
     for name, what in _NOT_WITH_TRAINING.items():
@@ -156,6 +158,10 @@ def _check_training_client(given: dict[str, Any], policy: str) -> None:
     if (given.get("sampling_args") or {}).get("return_tokens"):
         raise ConfigurationError("--client-type train records token IDs itself: drop --return-tokens.")
     given["api"] = "chat"
+    if "generate_shape" in given and policy != "replay":
+        raise ConfigurationError(
+            "--generate-shape sets the replay engine's reply shape; an engine at -b answers in its own: drop it."
+        )
     if policy == "replay" and "renderer_model" not in given:
         raise ConfigurationError(
             "--client-type train with the replay policy needs --renderer-model NAME_OR_DIR: the model whose "

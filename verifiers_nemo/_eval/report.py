@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._training.policy_versions import describe as describe_versions
 from .token_ids import describe_token_ids
 
 
@@ -194,6 +195,8 @@ def _training_rows(row: Any, settings: Mapping[str, Any], summary: Mapping[str, 
             ],
             *([f"{sum(env['failed'].values()):,} failed"] if env.get("failed") else []),
         )
+        if env.get("policy_versions"):
+            row("", describe_versions(env["policy_versions"], n))
         for kind, example in (env.get("failure_examples") or {}).items():
             row("", f"failed {kind} x{env['failed'][kind]:,}, e.g.: {example}")
         for example in env["fork_examples"]:

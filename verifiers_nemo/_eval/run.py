@@ -176,6 +176,7 @@ class Evaluation:
             model=s.model,
             base_urls=tuple(s.base_url.split(",")) if s.base_url else None,
             api_key_var=s.api_key_var,
+            generate_shape=s.generate_shape or "vllm-0.31",
         )
         configs = {
             name: verifiers_env_config(

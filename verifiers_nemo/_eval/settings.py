@@ -66,6 +66,9 @@ class EvalSettings:
     """The model (Hugging Face name or local folder) whose tokenizer the renderer uses (default: ``model``)."""
     renderer_config: dict[str, Any] = field(default_factory=dict)
     """More ``[client.renderer]`` keys (a custom renderer's own, ``thinking_retention``, ``chat_template``...)."""
+    generate_shape: str | None = None
+    """The replay engine's ``/inference/v1/generate`` reply shape under the training client: ``vllm-0.31`` (the
+    default; prime-rl's inference server's too), ``vllm-0.32`` or ``vllm-0.33`` (with weight versions)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,6 +112,7 @@ RUN_DEFINING = (
     "renderer",
     "renderer_model",
     "renderer_config",
+    "generate_shape",
 )
 
 

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from .._training.policy_versions import PolicyVersionTally
 from .._upstreams.refusals import NOT_CARRIED
 
 EXAMPLES = 3
@@ -32,6 +33,7 @@ class _EnvTraining:
         self.failed: Counter[str] = Counter()
         self.failure_examples: dict[str, str] = {}
         self.not_carried: Counter[str] = Counter()
+        self.policy_versions = PolicyVersionTally()
 
     def add(self, record: Mapping[str, Any], training: Mapping[str, Any]) -> None:
         self.rollouts += 1
@@ -59,6 +61,7 @@ class _EnvTraining:
                 kind = str(error.get("type") or "error")
                 self.failed[kind] += 1
                 self.failure_examples.setdefault(kind, message[:300])
+        self.policy_versions.add(training.get("policy_versions"))
         unfaithful = training.get("replay_unfaithful")
         if unfaithful:
             self.unfaithful += 1
@@ -85,6 +88,9 @@ class _EnvTraining:
         if self.failed:
             out["failed"] = dict(self.failed.most_common())
             out["failure_examples"] = dict(self.failure_examples)
+        versions = self.policy_versions.summary()
+        if versions is not None:
+            out["policy_versions"] = versions
         if self.unfaithful:
             out["replay_unfaithful"] = self.unfaithful
             out["replay_unfaithful_example"] = self.unfaithful_example

@@ -71,6 +71,22 @@ class GymRuntime:
     def ng_run(self) -> Path:
         return self.bin_dir / "ng_run"
 
+    @property
+    def start_command(self) -> list[str]:
+        """The command that starts a stack, before its overrides: ``gym env start`` where the runtime has nemo-gym's
+        ``gym`` entry point (the 0.4.0 and 0.7.0 wheels on PyPI both do: their ``ng_run`` is a deprecated alias of
+        it, with the same overrides, that says so in every stack's log), else ``ng_run``."""
+        gym = self.bin_dir / "gym"
+        try:
+            ours = GYM_ENTRY_MODULE in gym.read_text(errors="replace")[:4096]
+        except OSError:
+            ours = False
+        return [str(gym), "env", "start"] if ours else [str(self.ng_run)]
+
+
+GYM_ENTRY_MODULE = "nemo_gym.cli.main"
+"""What nemo-gym's ``gym`` console script imports (a ``gym`` of any other package is not its)."""
+
 
 def _probe(python: Path) -> dict:
     try:

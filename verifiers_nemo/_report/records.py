@@ -51,6 +51,9 @@ class Rollout:
     """Under verifiers' training client: the training samples (message-graph branches) the rollout makes."""
     fork: dict[str, Any] | None = None
     """Where its first fork is and why (``_training.forks``), when it forked."""
+    policy_versions: dict[str, Any] | None = None
+    """The policy versions its turns were sampled under, where the engine labelled them
+    (``_training.policy_versions``)."""
 
     @property
     def group(self) -> tuple[str, str | int]:
@@ -133,6 +136,8 @@ def rollout_of_record(record: Mapping[str, Any], default_env: str, strings: Stri
     if isinstance(training, Mapping):
         rollout.samples = _count(training.get("branches"))
         rollout.fork = training.get("fork") if isinstance(training.get("fork"), Mapping) else None
+        versions = training.get("policy_versions")
+        rollout.policy_versions = dict(versions) if isinstance(versions, Mapping) else None
     return _finished(rollout, error, failure_kind, failure_reason)
 
 

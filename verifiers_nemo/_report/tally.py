@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._eval.exact import ExactSum
+from .._training.policy_versions import PolicyVersionTally
 from .records import Rollout
 from .stats import is_identifier, mean_interval, pass_curves
 from .values import ValueTally
@@ -71,6 +72,7 @@ class ScopeTally:
         self.trained = self.samples = self.one_sample = self.forked = 0
         """Rollouts with training figures (verifiers' training client), their samples, those of one, those forked."""
         self.fork_example: dict[str, Any] | None = None
+        self.policy_versions = PolicyVersionTally()
 
     def add(self, rollout: Rollout) -> None:
         self.rollouts += 1
@@ -81,6 +83,7 @@ class ScopeTally:
             self.forked += rollout.samples > 1
             if rollout.fork is not None and self.fork_example is None:
                 self.fork_example = {"task": rollout.task, **rollout.fork}
+            self.policy_versions.add(rollout.policy_versions)
         if rollout.status == "error":
             self.errors[rollout.kind or "error"] += 1
         elif rollout.status == "masked":
@@ -163,6 +166,7 @@ class ScopeTally:
             "one_sample": self.one_sample,
             "forked": self.forked,
             "fork_example": self.fork_example,
+            "policy_versions": self.policy_versions.summary(),
         }
 
 

@@ -187,7 +187,7 @@ def _new_launch(
     ours = policy_model_config(config.policy_url, config.model_placeholders) | address_config(servers)
     policy_yaml.write_text(yaml.safe_dump(ours))
     argv = ng_run_argv(
-        runtime.ng_run,
+        runtime.start_command,
         config,
         policy_yaml=policy_yaml,
         head_port=head_port,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,7 +59,7 @@ def policy_model_config(policy_url: str, placeholders: tuple[tuple[str, str], ..
 
 
 def ng_run_argv(
-    ng_run: Path,
+    start_command: Path | Sequence[str],
     config: StackConfig,
     *,
     policy_yaml: Path,
@@ -70,10 +70,13 @@ def ng_run_argv(
     server_logs: Path,
     ray_head_address: str | None,
 ) -> list[str]:
-    """ng_run's command line: the env's configs and ours, every server's host and port, our venvs and logs."""
+    """The stack's command line: ``start_command`` (``GymRuntime.start_command``: ``ng_run``, or ``gym env start``;
+    a path is ``ng_run``'s), then the overrides: the env's configs and ours, every server's host and port, our venvs
+    and logs."""
     config_paths = ",".join(str(Path(p).resolve()) for p in (*config.config_paths, policy_yaml))
+    command = [str(start_command)] if isinstance(start_command, Path) else list(start_command)
     argv = [
-        str(ng_run),
+        *command,
         f"+config_paths=[{config_paths}]",
         "+skip_venv_if_present=true",
         f"+uv_venv_dir={venv_links}",

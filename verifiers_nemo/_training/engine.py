@@ -6,6 +6,10 @@ This engine answers with the recorded rollout's next turn as the model would hav
 message (text, reasoning, tool calls) rendered to completion tokens by the same renderer the client uses, so the
 client parses it back into the recorded message; a logprob of 0 per token (the recording is certain).
 
+It answers in the reply shape of the engine it stands for (``shape``: ``reply_shapes``); a replay is one policy (the
+recording), so where the shape carries weight versions its one version, ``REPLAY_WEIGHT_VERSION``, covers every
+completion.
+
 Each recorded rollout has a root of its own, ``<url>/row/<task index>``: a training client's ``base_url`` is
 ``endpoint_for(task)``, and its turns are counted per rollout by the ``X-Session-ID`` header the client sends (the
 trace's id), so a retried episode (a new trace) starts again from the first turn. What the engine noticed about a
@@ -29,11 +33,14 @@ from aiohttp import web
 from .._replay.recordings import REPLAY_MODEL, Recording
 from .._serving import LoopThreadServer
 from .completion import CompletionWriter
+from .reply_shapes import GENERATE_SHAPES, GenerateShape, logprob_entries, weight_versions_key
 from .turns import RecordedTurn, recorded_turns
 
 SESSION_HEADER = "X-Session-ID"
 """verifiers' ``SESSION_ID_HEADER``: the rollout's trace id, on every generate request of its training client."""
 LOGPROB = 0.0
+REPLAY_WEIGHT_VERSION = "0"
+"""The weight version a replay's ``vllm-0.33`` replies report: the recording is one policy."""
 CACHED_TURNS = 4_096
 """Turns whose answer the engine keeps: written ahead at its start, and as asked for (a task's repeats ask for the
 same turns); about 4 KB each."""
@@ -65,9 +72,13 @@ class ReplayEngine(LoopThreadServer):
         model: str = REPLAY_MODEL,
         *,
         write_ahead: int = CACHED_TURNS,
+        shape: GenerateShape = "vllm-0.31",
     ) -> None:
+        if shape not in GENERATE_SHAPES:
+            raise ValueError(f"unknown generate reply shape {shape!r}: one of {', '.join(GENERATE_SHAPES)}")
         super().__init__("127.0.0.1", 0)
         self.model = model
+        self.shape = shape
         self.write_ahead = min(write_ahead, CACHED_TURNS)
         """Turns written at start, in the background (0: each is written when first asked for)."""
         self._recordings = recordings
@@ -179,10 +190,11 @@ class ReplayEngine(LoopThreadServer):
             return cached
         key = (row, turn, max_tokens)
         completion = self._writer.write(recorded.message, cut=recorded.cut, max_tokens=max_tokens)
-        logprobs = ",".join(f'{{"token": "token_id:{t}", "logprob": {LOGPROB}}}' for t in completion.token_ids)
+        entries = logprob_entries(self.shape, completion.token_ids, LOGPROB)
         choice = (
             f'{{"index": 0, "token_ids": {json.dumps(completion.token_ids)}, "finish_reason": '
-            f'"{completion.finish_reason}", "logprobs": {{"content": [{logprobs}]}}}}'
+            f'"{completion.finish_reason}", "logprobs": {{"content": [{entries}]}}'
+            f"{weight_versions_key(self.shape, REPLAY_WEIGHT_VERSION, len(completion.token_ids))}}}"
         )
         self._choices[key] = (choice.encode(), completion.mismatch, len(completion.token_ids))
         if len(self._choices) > CACHED_TURNS:

@@ -13,6 +13,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .policy_versions import policy_versions
+
 SNIPPET_TOKENS = 12
 """Tokens shown each side of where a fork's tokens first differ."""
 
@@ -21,7 +23,8 @@ Decode = Callable[[list[int]], str]
 
 def training_record(trace: Any, decode: Decode | None = None) -> dict[str, Any]:
     """The ``training`` field of a result: ``samples`` (branches that train), ``branches``, ``turns`` (sampled
-    model calls), ``loss_tokens``/``tokens`` over the samples, and ``fork`` (the first) where a turn forked."""
+    model calls), ``loss_tokens``/``tokens`` over the samples, ``fork`` (the first) where a turn forked, and
+    ``policy_versions`` where the engine labelled its samples (``policy_versions.policy_versions``)."""
     branches = trace.branches
     trainable = trace.agent is None or trace.agent.trainable
     record: dict[str, Any] = {
@@ -29,7 +32,7 @@ def training_record(trace: Any, decode: Decode | None = None) -> dict[str, Any]:
         "samples": sum(1 for branch in branches if branch.trainable) if trainable else 0,
         "turns": trace.num_turns,
         "tokens": sum(len(branch.token_ids) for branch in branches),
-        "loss_tokens": sum(sum(branch.sampled_mask) for branch in branches),
+        "loss_tokens": int(sum(sum(branch.sampled_mask) for branch in branches)),
     }
     if not trainable:
         record["untrainable"] = True
@@ -37,6 +40,9 @@ def training_record(trace: Any, decode: Decode | None = None) -> dict[str, Any]:
     fork = first_fork([branch.nodes for branch in branches], decode, call_of=lambda node: calls.get(id(node)))
     if fork is not None:
         record["fork"] = fork
+    versions = policy_versions(trace)
+    if versions is not None:
+        record["policy_versions"] = versions
     return record
 
 

@@ -6,7 +6,8 @@ in-process eval run) whose model client is verifiers' training client: a ``rende
 into token IDs, an engine samples from ``/inference/v1/generate`` (a real one at ``-b``, or the ``ReplayEngine``
 playing the recorded rollouts as tokens), and the turns are recorded as a message graph. Each result carries Gym's
 outcome as every eval's does, and ``training``: the samples the rollout makes and where it forked
-(``forks.training_record``).
+(``forks.training_record``). An engine reply the client cannot read at all (``refusals.run_ending``: its shape)
+ends the run at the first rollout that meets it, in one line naming the versions installed and the fix.
 
 It stands where a ``NeMoGymHarness`` stands in an eval (``astart``, ``run``, ``aclose``, the judge calls), so the
 run's tasks, results folder, summary, progress and report are the same code for both clients.
@@ -18,17 +19,18 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .._dispatch import check_concurrency, stream_rollouts
 from .._exceptions import ConfigurationError, VerifiersEpisodeError
 from .._result import RolloutResult
+from .._upstreams.refusals import run_ending
 from .renderer_spec import RendererSpec, build_renderer
 
 if TYPE_CHECKING:
     from .._endpoint import Endpoint
     from .._tasks import Task
-    from .engine import ReplayEngine
+    from .engine import GenerateShape, ReplayEngine
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ class TrainingSetup:
     model: str
     base_urls: tuple[str, ...] | None = None
     api_key_var: str | None = None
+    generate_shape: str = "vllm-0.31"
+    """The replay engine's generate reply shape (``engine.GENERATE_SHAPES``; a real engine answers in its own)."""
 
 
 class TrainingClientRunner:
@@ -111,7 +115,9 @@ class TrainingClientRunner:
         """Sample from a replay engine of ``tasks``' recordings (their first rollouts)."""
         from .engine import ReplayEngine
 
-        self.engine = ReplayEngine.from_tasks(tasks, self.renderer, self.setup.model)
+        self.engine = ReplayEngine.from_tasks(
+            tasks, self.renderer, self.setup.model, shape=cast("GenerateShape", self.setup.generate_shape)
+        )
 
     async def astart(self) -> None:
         """Load each environment through verifiers and bring it up (its Gym stack included)."""
@@ -203,6 +209,9 @@ class TrainingClientRunner:
         if result.error is None and not episode.ok:
             result.error = VerifiersEpisodeError(_episode_error(episode, trace))
             result.reward = None
+        refusal = run_ending(str(result.error)) if result.error is not None else None
+        if refusal is not None:  # every call of every rollout would fail the same way: one line, no more rollouts
+            raise ConfigurationError(f"the engine's reply ended the run: {refusal.describe()}")
         return result
 
     def _training(self, trace: Any) -> dict[str, Any]:

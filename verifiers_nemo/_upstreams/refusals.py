@@ -9,6 +9,7 @@ Retrying them only delays the one line that says what to change, so they are rec
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass
 
 from .._protocol.codec import loads
@@ -16,24 +17,42 @@ from .._protocol.codec import loads
 
 @dataclass(frozen=True, slots=True)
 class KnownRefusal:
-    """A refusal recognised by a phrase of its error message."""
+    """A refusal recognised by a phrase of its error message.
+
+    ``installed``: distributions whose versions here the description names (the ones the fix is about);
+    ``ends_run``: the refusal says the set-up cannot work at all (every call of every rollout fails the same way),
+    so a run that meets it stops at once (``run_ending``) rather than failing each rollout."""
 
     phrase: str
     cause: str
     fix: str
+    installed: tuple[str, ...] = ()
+    ends_run: bool = False
 
     def describe(self) -> str:
-        return f"{self.cause}. Fix: {self.fix}."
+        versions = ", ".join(f"{name} {_version(name)}" for name in self.installed)
+        return f"{self.cause}{f' (installed here: {versions})' if versions else ''}. Fix: {self.fix}."
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 KNOWN_REFUSALS: tuple[KnownRefusal, ...] = (
-    KnownRefusal(
+    GENERATE_SHAPE_REFUSAL := KnownRefusal(
         ".token must be 'token_id:",
         "verifiers' training client (renderers) cannot read the engine's /inference/v1/generate logprobs: it needs "
         'each as {"token": "token_id:N"}, as vLLM 0.26 to 0.31 and prime-rl\'s inference server answer; vLLM 0.32 '
         'and newer answer {"token_id": N}',
         "serve the policy with prime-rl's inference server (`uv run inference`), or a vLLM from 0.26 to 0.31 started "
-        "with --enable-scale-out",
+        "with --enable-scale-out; or read vLLM 0.32 and newer with renderers >= 0.1.13.dev17 (it reads both shapes "
+        "and vLLM 0.33's weight versions; the pre-release verifiers 0.4.1.dev86 requires it: "
+        "pip install --pre 'verifiers>=0.4.1.dev86')",
+        installed=("renderers", "verifiers"),
+        ends_run=True,
     ),
     KnownRefusal(
         "only supports the chat-completions dialect",
@@ -61,6 +80,11 @@ KNOWN_REFUSALS: tuple[KnownRefusal, ...] = (
 NOT_CARRIED = {"images": IMAGES_REFUSAL.cause}
 """Refusals that say what a rollout holds that a training client cannot carry (not a failure of the setup), by name:
 their cause is in the error message of the rollouts they end."""
+
+
+def run_ending(message: str) -> KnownRefusal | None:
+    """The refusal that ends a run, when ``message`` (a rollout's error) carries one's cause; else None."""
+    return next((r for r in KNOWN_REFUSALS if r.ends_run and r.cause in message), None)
 
 
 def known_refusal(status: int, body: bytes) -> KnownRefusal | None:

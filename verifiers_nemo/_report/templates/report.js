@@ -141,6 +141,10 @@
         view.stats.map((s, i) => s.training ? [view.labels[i], count(s.training.rollouts), fmt(s.training.samples_per_rollout), count(s.training.one_sample), el("span", { class: s.training.forked ? "status-error" : null }, count(s.training.forked))] : [view.labels[i], "", "", "", ""]),
         [1, 2, 3, 4],
       ));
+      const versions = view.stats.map((s, i) => [view.labels[i], s.training && s.training.policy_versions]).filter(([, v]) => v);
+      if (versions.length) {
+        parts.push(el("p", { "data-part": "policy-versions" }, "Policy versions the engine reported (its weight_versions): " + versions.map(([label, v]) => `${label}: ${v.oldest === v.newest ? v.oldest : v.oldest + ".." + v.newest} (${count(v.labelled)} rollouts labelled, ${count(v.across_versions)} across versions)`).join("; ") + "."));
+      }
       if (example) {
         parts.push(el("p", {}, `First fork, e.g. task ${example.task}: turn ${example.turn}, message ${example.message} (${example.role}), token ${example.token}: ${example.cause}: ${example.detail}`));
       }
