@@ -1,7 +1,7 @@
 """Environments of a user's own, the guide's way (docs/guides/own-environment.md): its blocks that the docs runner
 leaves to a test, run here as written on a folder written as Gym's guide has users write it: the training check
-under verifiers' training client, the prime-rl source under verifiers' env server, and Gym's own ng_run +
-ng_collect_rollouts whose recordings verifiers-nemo then replays."""
+under verifiers' training client, the prime-rl source under verifiers' env server, and Gym's own `gym env start`
++ `gym eval run --no-serve` whose recordings verifiers-nemo then replays."""
 
 from __future__ import annotations
 
@@ -71,11 +71,11 @@ def test_prime_rl_s_env_server_runs_your_folder_from_the_guide_s_source(project:
 
 
 def test_gym_s_own_collection_of_your_folder_replays(project: Path) -> None:
-    """The guide's Gym block from the folder's project: ng_run with the folder's config and Gym's openai_model (the
-    model: verifiers-nemo replay-server of the folder), ng_collect_rollouts, the output copied to
-    data/example_rollouts.jsonl; then verifiers-nemo replays those recordings to their rewards.
+    """The guide's Gym block from the folder's project: `gym env start` with the folder's config and Gym's
+    openai_model (the model: verifiers-nemo replay-server of the folder), `gym eval run --no-serve`, the output copied
+    to data/example_rollouts.jsonl; then verifiers-nemo replays those recordings to their rewards.
 
-    Offline, nemo-gym cannot build its per-server venvs (it downloads a Python): the test gives ng_run the Gym runtime
+    Offline, nemo-gym cannot build its per-server venvs (it downloads a Python): the test gives Gym the runtime
     as every server's venv (``+uv_venv_dir``, ``+skip_venv_if_present``), and its head server a free port."""
     import re
     import signal
@@ -86,7 +86,7 @@ def test_gym_s_own_collection_of_your_folder_replays(project: Path) -> None:
     from verifiers_nemo._replay.serve import replay_server
 
     folder = project / "resources_servers" / "city_weather"
-    block = _guide_block("bash", "ng_collect_rollouts").replace("my_weather", "city_weather")
+    block = _guide_block("bash", "gym eval run --no-serve").replace("my_weather", "city_weather")
     lines = re.split(r"(?<!\\)\n", block.strip())  # logical lines (continuations kept), their comments dropped
     run_line, collect_line, copy_line = [line.split("  # ")[0].rstrip(" \\&") for line in lines]
     venvs = project / "venvs"
@@ -106,24 +106,24 @@ def test_gym_s_own_collection_of_your_folder_replays(project: Path) -> None:
     env["UV_PYTHON_DOWNLOADS"] = "never"
     run_line = run_line.replace("http://gpu:8000/v1", replay.url + "/v1").replace("Qwen/Qwen3-8B", "replay")
     run_line += f" +uv_venv_dir={venvs} +skip_venv_if_present=true {head}"
-    log = (project / "ng_run.log").open("w")
-    ng_run = subprocess.Popen(["bash", "-c", f"exec {run_line}"], cwd=project, env=env, stdout=log,
+    log = (project / "gym-env-start.log").open("w")
+    gym = subprocess.Popen(["bash", "-c", f"exec {run_line}"], cwd=project, env=env, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
-        ready = wait_until(lambda: "servers ready!" in (project / "ng_run.log").read_text(errors="replace")
-                           or ng_run.poll() is not None, LIMIT_S, "ng_run's servers ready")  # fmt: skip
-        assert ng_run.poll() is None, (project / "ng_run.log").read_text(errors="replace")[-3000:]
+        ready = wait_until(lambda: "servers ready!" in (project / "gym-env-start.log").read_text(errors="replace")
+                           or gym.poll() is not None, LIMIT_S, "gym env start's servers ready")  # fmt: skip
+        assert gym.poll() is None, (project / "gym-env-start.log").read_text(errors="replace")[-3000:]
         assert ready
         collected = subprocess.run(["bash", "-c", f"{collect_line} {head} && {copy_line}"], cwd=project, env=env,
                                    capture_output=True, text=True, timeout=LIMIT_S)  # fmt: skip
         assert collected.returncode == 0, collected.stdout[-2000:] + collected.stderr[-2000:]
     finally:
-        os.killpg(ng_run.pid, signal.SIGINT)
+        os.killpg(gym.pid, signal.SIGINT)
         try:
-            ng_run.wait(60)
+            gym.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(ng_run.pid, signal.SIGKILL)
-            ng_run.wait(30)
+            os.killpg(gym.pid, signal.SIGKILL)
+            gym.wait(30)
         replay.stop()
         log.close()
     rows = [json.loads(line) for line in (folder / "data" / "example_rollouts.jsonl").read_text().splitlines()]
