@@ -117,14 +117,14 @@ def spawn(
     remove_legacy_port_locks(cache_dir() / "ports")
     refused, retry = None, False
     if warm is not None:
-        links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime))
+        links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime), config.server_dirs)
         try:
             with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
                 return _new_launch(config, instances, runtime, ray_head, links, generation, warm, deadline)
         except WarmStartUnavailable as exc:
             say_unavailable(str(exc))
             refused, retry = str(exc), exc.transient
-    links = _link_venvs(runtime, instances, venvs, None)
+    links = _link_venvs(runtime, instances, venvs, None, config.server_dirs)
     with before_forced_exit():
         launch = _new_launch(config, instances, runtime, ray_head, links, generation, None)
     launch.warm_refused, launch.warm_retry = refused, retry
@@ -132,12 +132,20 @@ def spawn(
 
 
 def _link_venvs(
-    runtime: GymRuntime, instances: Sequence[ServerInstance], venvs: dict[str, Path | None], launcher: Path | None
+    runtime: GymRuntime,
+    instances: Sequence[ServerInstance],
+    venvs: dict[str, Path | None],
+    launcher: Path | None,
+    server_dirs: tuple[tuple[str, str], ...] = (),
 ) -> Path:
     """Point each server's ``.venv`` at the runtime (or, started warm, at its ``launcher`` venv), or at its own
     venv in ``venvs`` (nemo-gym then skips building one); not for servers whose venv is None there (isolated:
-    nemo-gym builds it, in a folder of its own so that no link of a non-isolated stack takes its place)."""
+    nemo-gym builds it, in a folder of its own so that no link of a non-isolated stack takes its place). Stacks
+    running servers of your folders (``server_dirs``) link in a folder of those folders' own: a folder of yours named
+    like a packaged server (or like another of yours) may need another venv, and no stack's link takes another's."""
     links = cache_dir() / "server-venvs" / hashlib.sha256(str(runtime.prefix).encode()).hexdigest()[:12]
+    if server_dirs:
+        links = links.with_name(links.name + "-" + hashlib.sha256(repr(sorted(server_dirs)).encode()).hexdigest()[:8])
     if None in venvs.values():
         links = links.with_name(links.name + "-isolated")
     if launcher is not None:
