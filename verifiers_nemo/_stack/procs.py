@@ -203,9 +203,9 @@ def remove_legacy_port_locks(lock_dir: Path) -> None:
         lock_dir.rmdir()
 
 
-def listener_uids(port: int) -> set[int]:
-    """The users whose sockets listen on TCP ``port`` of this machine (IPv4 or IPv6; ``/proc/net/tcp``)."""
-    uids = set()
+def _listening_rows(port: int) -> list[list[str]]:
+    """The rows of ``/proc/net/tcp`` and ``tcp6`` of sockets listening on TCP ``port`` (their fields)."""
+    found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -215,23 +215,18 @@ def listener_uids(port: int) -> set[int]:
         for row in rows:
             fields = row.split()
             if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                uids.add(int(fields[7]))
-    return uids
+                found.append(fields)
+    return found
+
+
+def listener_uids(port: int) -> set[int]:
+    """The users whose sockets listen on TCP ``port`` of this machine (IPv4 or IPv6; ``/proc/net/tcp``)."""
+    return {int(fields[7]) for fields in _listening_rows(port)}
 
 
 def listening_pids(port: int, sid: int) -> list[int]:
     """The processes of session ``sid`` that hold a socket listening on TCP ``port`` (IPv4 or IPv6)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                rows = f.readlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
+    inodes = {f"socket:[{fields[9]}]" for fields in _listening_rows(port)}
     holders = []
     for pid in session_pids(sid) if inodes else []:
         try:
