@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 
+MAX_LENGTH = 128
+"""Tokens of each sequence trained on, its end kept (the completion; the tools' system prompt alone is ~200 tokens):
+what keeps one step of the 135M model at a few CPU seconds."""
+
+
 def _segments(row: dict[str, Any], decode: Any) -> list[dict[str, Any]]:
     """The completion in runs of equal mask: ``{"sampled", "tokens", "text"}``."""
     out: list[dict[str, Any]] = []
@@ -52,17 +57,20 @@ def main() -> None:
     parser.add_argument("--exports", required=True, help="a folder with FORMAT.parquet / FORMAT.jsonl files")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
 
     import torch
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
-    imported = time.monotonic() - started
+    imported, import_cpu = time.monotonic() - started, time.process_time() - cpu
     torch.manual_seed(0)
+    # One thread: the suite's other processes share the 2 cores, and torch's OpenMP threads spin while they wait for
+    # each other (measured under load: a step took 4x the CPU with 2 threads as with 1).
+    torch.set_num_threads(1)
     exports = Path(args.exports)
-    report: dict[str, Any] = {"import_s": imported, "loaded": {}}
+    report: dict[str, Any] = {"import_s": imported, "import_cpu_s": import_cpu, "loaded": {}}
     for path in sorted(exports.iterdir()):
         if path.suffix in (".parquet", ".jsonl"):
             kind = "parquet" if path.suffix == ".parquet" else "json"
@@ -89,22 +97,24 @@ def main() -> None:
         key = f"{record['task_index']}/{record['rollout_index']}"
         report["calls"][key] = [decode(call["completion_token_ids"] or []) for call in record.get("trace") or ()]
 
-    def step(trainer_class: Any, config_class: Any, dataset: Any, **extra: Any) -> dict[str, Any]:
+    def step(trainer_class: Any, config_class: Any, dataset: Any, batch: int, **extra: Any) -> dict[str, Any]:
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
         before = _snapshot(model)
         config = config_class(
             output_dir=str(Path(args.out) / trainer_class.__name__),
             max_steps=1,
-            per_device_train_batch_size=min(len(dataset), 4),
+            per_device_train_batch_size=min(len(dataset), batch),
             learning_rate=1e-4,
             report_to=[],
             save_strategy="no",
             logging_steps=1,
             use_cpu=True,
             dataloader_num_workers=0,
+            max_length=MAX_LENGTH,
+            truncation_mode="keep_end",
             **extra,
         )
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         trainer = trainer_class(model=model, args=config, train_dataset=dataset, processing_class=tokenizer)
         output = trainer.train()
         return {
@@ -114,12 +124,13 @@ def main() -> None:
             "moved": _moved(model, before),
             "rows": len(dataset),
             "seconds": time.monotonic() - t0,
+            "cpu_s": time.process_time() - c0,
         }
 
-    report["sft"] = step(SFTTrainer, SFTConfig, sft.select_columns(["input_ids", "labels"]))
+    report["sft"] = step(SFTTrainer, SFTConfig, sft.select_columns(["input_ids", "labels"]), batch=2)
     pairs = load_dataset("parquet", data_files=str(exports / "preferences.parquet"), split="train")
-    report["dpo"] = step(DPOTrainer, DPOConfig, pairs.select_columns(["prompt", "chosen", "rejected", "tools"]))
-    report["total_s"] = time.monotonic() - started
+    report["dpo"] = step(DPOTrainer, DPOConfig, pairs.select_columns(["prompt", "chosen", "rejected", "tools"]), batch=1)
+    report["total_s"], report["total_cpu_s"] = time.monotonic() - started, time.process_time() - cpu
     print(json.dumps(report), flush=True)
 
 
