@@ -74,7 +74,8 @@ def consumed(run: Path, exported: Path, tmp_path_factory: pytest.TempPathFactory
     argv += ["--out", str(tmp_path_factory.mktemp("trl"))]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("VIRTUAL_ENV", None)
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=tmp_path_factory.mktemp("cwd"))
+    cwd = tmp_path_factory.mktemp("cwd")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=cwd)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

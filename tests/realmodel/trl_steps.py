@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 MAX_LENGTH = 128
 """Tokens of each sequence trained on, its end kept (the completion; the tools' system prompt alone is ~200 tokens):
 what keeps one step of the 135M model at a few CPU seconds."""
@@ -129,7 +128,8 @@ def main() -> None:
 
     report["sft"] = step(SFTTrainer, SFTConfig, sft.select_columns(["input_ids", "labels"]), batch=2)
     pairs = load_dataset("parquet", data_files=str(exports / "preferences.parquet"), split="train")
-    report["dpo"] = step(DPOTrainer, DPOConfig, pairs.select_columns(["prompt", "chosen", "rejected", "tools"]), batch=1)
+    conversations = pairs.select_columns(["prompt", "chosen", "rejected", "tools"])
+    report["dpo"] = step(DPOTrainer, DPOConfig, conversations, batch=1)
     report["total_s"], report["total_cpu_s"] = time.monotonic() - started, time.process_time() - cpu
     print(json.dumps(report), flush=True)
 
