@@ -7,7 +7,8 @@
   fields.
 * The Python API reference (``reference/python.md``) is read from the package's signatures and docstrings with griffe
   (what mkdocstrings reads; the ``docs`` extra): between each ``<!-- python-api: verifiers_nemo.NAME -->`` line and
-  the next ``<!-- /python-api -->``, that object's signature, docstring, fields and public methods.
+  the next ``<!-- /python-api -->``, that object's signature, docstring, fields and public methods (signatures in
+  ``py`` blocks: highlighted as Python, and not taken for examples to run by tests/e2e/test_docs.py).
 * The training-data formats' columns (``reference/training-data.md``) are read from
   ``verifiers_nemo/_export/schema.py``: between each ``<!-- training-data-columns: FORMAT -->`` line and the next
   ``<!-- /training-data-columns -->``.
@@ -170,7 +171,7 @@ def python_api(path: str) -> str:
             if member.kind.value == "class" and not member.name.startswith("_") and member.docstring:
                 parts.append(f"- `{member.name}`: {_first_paragraph(member)}")
         return "\n\n".join(filter(None, parts[:1])) + "\n\n" + "\n".join(parts[1:])
-    parts = [f"### `{name}`", "```python\n" + _signature(obj, name) + "\n```", _docstring(obj)]
+    parts = [f"### `{name}`", "```py\n" + _signature(obj, name) + "\n```", _docstring(obj)]
     if obj.kind.value == "class":
         fields = [_field(member) for member in _public(obj) if member.kind.value == "attribute"]
         fields = [f for f in fields if f]
@@ -179,7 +180,7 @@ def python_api(path: str) -> str:
         for member in _public(obj):
             if member.kind.value == "function":
                 parts.append(f"#### `{name}.{member.name}`")
-                parts.append("```python\n" + _signature(member, member.name) + "\n```")
+                parts.append("```py\n" + _signature(member, member.name) + "\n```")
                 parts.append(_docstring(member))
     return "\n\n".join(part for part in parts if part)
 
