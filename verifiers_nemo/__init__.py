@@ -13,9 +13,10 @@ The public API is what this module exports; every other module is private.
 * ``training_samples`` / ``TrainingSamples`` / ``TrainingSample`` - a trace as the token sequences a trainer trains on
   (loss mask, logprobs), one when the rollout is contiguous (``Endpoint(exact_tokens=True)`` makes it so).
 * ``SavedRun`` - a run folder of ``verifiers-nemo eval -s`` read back as ``RolloutResult`` objects.
-* ``export_training_data`` / ``TrainingDataWriter`` / ``ExportReport`` / ``training_data_description`` - saved or live
-  rollouts as training data (exact-token SFT samples, SFT conversations, preference pairs, rollout groups with
-  GRPO advantages) in JSONL or Parquet, written in bounded memory; what a written file says it holds.
+* ``export_training_data`` / ``TrainingDataWriter`` / ``ExportReport`` / ``training_data_description`` /
+  ``training_data_features`` - saved or live rollouts as training data (exact-token SFT samples, SFT conversations,
+  preference pairs, rollout groups with GRPO advantages) in JSONL or Parquet, written in bounded memory; what a
+  written file says it holds; a format's columns as ``datasets.Features``.
 * ``load_environment`` / ``NeMoGymEnv`` - the environment factory (``environments/nemo_gym_env``).
 * ``list_environments`` / ``get_environment`` / ``GymEnvironment`` - the catalogue: packaged environments and yours.
 * Seams: ``RoutingProxy`` / ``ProxyConfig`` (``NeMoGymHarness(proxy=...)``), ``Upstream`` and
@@ -56,6 +57,7 @@ from ._exceptions import (
 if TYPE_CHECKING:
     from ._endpoint import Endpoint
     from ._export.saved_run import SavedRun
+    from ._export.schema import training_data_features
     from ._export.sinks import training_data_description
     from ._export.writer import ExportReport, TrainingDataWriter, export_training_data
     from ._factory import NeMoGymEnv, load_environment
@@ -103,6 +105,7 @@ _LAZY = {
     "TrainingSamples": "._routing",
     "export_training_data": "._export.writer",
     "training_data_description": "._export.sinks",
+    "training_data_features": "._export.schema",
     "get_environment": "._gym",
     "list_environments": "._gym",
     "load_environment": "._factory",

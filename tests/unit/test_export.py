@@ -24,6 +24,7 @@ from verifiers_nemo import (
     UpstreamHTTPError,
     export_training_data,
     training_data_description,
+    training_data_features,
     training_samples,
 )
 from verifiers_nemo._cli.main import main
@@ -31,11 +32,14 @@ from verifiers_nemo._exceptions import ConfigurationError, RolloutTimeout
 
 
 def _load(path: Path) -> list[dict[str, Any]]:
-    """The rows as `datasets` loads them (the library a trainer reads them with)."""
+    """The rows as `datasets` loads them (the library a trainer reads them with), a JSONL file with its format's
+    features (as the docs say)."""
     import datasets
 
     kind = "parquet" if path.suffix == ".parquet" else "json"
-    return list(datasets.load_dataset(kind, data_files=str(path), split="train", cache_dir=str(path.parent / ".hf")))
+    features = None if kind == "parquet" else training_data_features(training_data_description(path)["format"])
+    cache = str(path.parent / ".hf")
+    return list(datasets.load_dataset(kind, data_files=str(path), split="train", cache_dir=cache, features=features))
 
 
 @pytest.fixture
@@ -396,3 +400,22 @@ def test_the_export_command_refuses_what_does_not_fit_in_one_line(
     code, out, err = _cli(str(run), *argv)
     assert code == 2 and message in err and not out
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_jsonl_export_whose_first_blocks_hold_no_tool_call_loads_with_the_format_s_features(tmp_path: Path) -> None:
+    """datasets types JSON block by block (10 MB blocks; 32 KB here, so that a small file has several): a nested column
+    null in the first blocks and a list later fails to load without the features (shown here), and loads with them."""
+    import datasets
+
+    records = [rollout_record(t, 0, turns=1, reward=1.0) for t in range(300)]  # answers only: no tool calls ...
+    records += [rollout_record(300, 0, turns=2, reward=1.0)]  # ... until the last rollout
+    run = write_run(tmp_path / "run", records, rollouts_per_example=1)
+    export_training_data(run, tmp_path / "m.jsonl", "sft-messages")
+    blocks = {"data_files": str(tmp_path / "m.jsonl"), "split": "train", "chunksize": 1 << 15}
+    with pytest.raises(datasets.exceptions.DatasetGenerationError):
+        datasets.load_dataset("json", cache_dir=str(tmp_path / "a"), **blocks)
+    features = training_data_features("sft-messages")
+    rows = list(datasets.load_dataset("json", cache_dir=str(tmp_path / "b"), features=features, **blocks))
+    assert len(rows) == 301 and rows[-1]["completion"][0]["tool_calls"][0]["function"]["name"] == "lookup"
+    with pytest.raises(ConfigurationError, match="unknown training-data format"):
+        training_data_features("dpo")

@@ -34,17 +34,18 @@ def rollout_record(
     masked: bool = False,
     env: str = "example_multi_step",
     tokens_per_turn: int = 12,
+    prompt_tokens: int = 6,
     seed: int | None = None,
 ) -> dict[str, Any]:
     """One results line: ``turns`` policy calls (each but the last a tool call, then a tool result), the last an
     answer. ``contiguous=False`` makes the second call's prompt re-tokenize the first completion (so the rollout is two
     training samples). ``tokens=False``: calls without token IDs; ``trace=False``: a line saved without
-    ``--save-trace``."""
+    ``--save-trace``. ``prompt_tokens``: the first prompt's length (a system prompt with tools is hundreds)."""
     rng = random.Random(seed if seed is not None else task * 1_000 + rollout)
     prompt_messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Look up word {task}."}]
     completion: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
-    sequence = [1, 2, 3, 100 + task % 50, 7, 8]
+    sequence = [1, 2, 3, 100 + task % 50, 7, 8] + [rng.randrange(200, 30_000) for _ in range(prompt_tokens - 6)]
     output: list[dict[str, Any]] = []
     for turn in range(turns):
         prompt_ids = list(sequence)

@@ -57,8 +57,13 @@ def _training_data(args: argparse.Namespace, form: str) -> int:
     if run.truncated:
         say("note: the last line of results.jsonl was cut off (the run was stopped while writing it); left out")
     say(f"{report.describe()} ({time.monotonic() - started:.1f}s); load it with datasets:")
-    kind = "parquet" if report.path.suffix == ".parquet" else "json"
-    say(f"  datasets.load_dataset({kind!r}, data_files={str(report.path)!r}, split='train')")
+    if report.path.suffix == ".parquet":
+        say(f"  datasets.load_dataset('parquet', data_files={str(report.path)!r}, split='train')")
+    else:  # JSON is typed by inference, block by block: the file's own types come with it
+        say(
+            f"  datasets.load_dataset('json', data_files={str(report.path)!r}, split='train', "
+            f"features=verifiers_nemo.training_data_features({form!r}))"
+        )
     print(report.path, flush=True)
     return EXIT_OK
 

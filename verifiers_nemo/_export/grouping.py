@@ -25,7 +25,7 @@ from .._protocol import dumps, loads
 Key = tuple[Any, int]
 """A task: (environment, task index)."""
 Group = list[dict[str, Any]]
-DEFAULT_MEMORY = 256 * 1024 * 1024
+DEFAULT_MEMORY = 128 * 1024 * 1024
 PARTITIONS = 16
 IN_MEMORY = 8
 """About how many bytes of objects one byte of a spilled rollout's JSON makes when it is read back."""

@@ -247,3 +247,19 @@ def arrow_schema(format_name: str, metadata: dict[str, str] | None = None) -> An
         for column in COLUMNS[format_name]
     ]
     return pa.schema(fields, metadata=metadata)
+
+
+def training_data_features(format_name: str) -> Any:
+    """A training-data format's columns as ``datasets.Features``: what to pass to ``load_dataset("json", ...,
+    features=...)`` for a JSONL export, whose JSON ``datasets`` otherwise types by inference, block by block (a column
+    null in the file's first blocks and a list later, such as ``tool_calls``, then fails to load). A Parquet export
+    carries its types itself."""
+    from datasets import Features
+
+    if format_name not in COLUMNS:
+        from .._exceptions import ConfigurationError
+
+        raise ConfigurationError(
+            f"unknown training-data format {format_name!r}; choose one of {', '.join(COLUMNS)}."
+        )
+    return Features.from_arrow_schema(arrow_schema(format_name))
