@@ -21,7 +21,7 @@ SUFFIXES = (".jsonl", ".parquet")
 SIDECAR_SUFFIX = ".schema.json"
 METADATA_KEY = "verifiers_nemo"
 """The Parquet key-value metadata key (and the sidecar's content): the description of the file."""
-ROW_GROUP_CELLS = 1 << 20
+ROW_GROUP_CELLS = 1 << 19
 """Rows are buffered until they hold about this many values (tokens, characters / 8), then written as a row group:
 what a Parquet export holds in memory, whatever the size of the run."""
 
