@@ -305,6 +305,26 @@ def test_a_writer_in_your_own_loop_writes_the_file_the_export_of_the_saved_run_w
     assert live == saved
 
 
+def test_a_task_s_rows_are_written_as_soon_as_it_has_all_its_rollouts(tmp_path: Path) -> None:
+    """With the run's rollouts per task known, a task is written when its last rollout comes (not held to the end)."""
+
+    def written() -> int:
+        return sum(p.stat().st_size for p in tmp_path.glob(".groups.jsonl.*.tmp"))
+
+    records = list(run_records(2, 3))
+    with TrainingDataWriter(tmp_path / "groups.jsonl", "rollout-groups", rollouts_per_task=3) as writer:
+        for record in records[:2]:
+            writer.add(record)
+        assert written() == 0
+        writer.add(records[2])  # task 0 is whole
+        assert written() > 0
+    with TrainingDataWriter(tmp_path / "groups.jsonl", "rollout-groups") as writer:  # unknown: held to the end
+        for record in records:
+            writer.add(record)
+        assert written() == 0
+    assert writer.report is not None and writer.report.rows == 6
+
+
 def test_a_failed_export_leaves_the_output_as_it_was(tmp_path: Path) -> None:
     output = tmp_path / "sft.parquet"
     output.write_bytes(b"an older export")
@@ -381,6 +401,26 @@ def test_the_export_command_writes_each_format_where_it_says(run: Path) -> None:
     assert training_data_description(run / "dpo.jsonl")["options"]["pairs"] == "all"
     code, _, err = _cli(str(run), "--format", "rollout-groups", "--min-reward", "0.5", "--include-masked")
     assert code == 0 and "rollout-groups: " in err
+
+
+def test_the_export_command_s_filters_and_pairing_flags_shape_the_rows(run: Path) -> None:
+    def rows(*argv: str) -> list[dict[str, Any]]:
+        out = run / f"cli-{len(list(run.glob('cli-*')))}.parquet"
+        code, _, err = _cli(str(run), *argv, "-o", str(out))
+        assert code == 0, err
+        return _load(out)
+
+    assert {r["reward"] for r in rows("--format", "sft-messages", "--min-reward", "0.75")} == {0.75, 1.0}
+    assert {r["reward"] for r in rows("--format", "sft-messages", "--max-reward", "0.25")} == {0.0, 0.25}
+    assert {r["status"] for r in rows("--format", "sft-messages")} == {"scored"}
+    assert {r["status"] for r in rows("--format", "sft-messages", "--include-masked")} == {"scored", "masked"}
+    assert {r["status"] for r in rows("--format", "rollout-groups", "--include-errors")} == {"scored", "error"}
+    default = rows("--format", "preferences")
+    pairs = rows("--format", "preferences", "--pairs", "all", "--min-gap", "0.5", "--max-pairs", "2")
+    assert len(default) == 4 and len(pairs) > len(default)
+    assert all(p["chosen_reward"] - p["rejected_reward"] >= 0.5 for p in pairs)
+    assert max(sum(p["task_index"] == t for p in pairs) for t in range(4)) == 2
+    assert len(rows("--format", "preferences", "--min-gap", "0.9")) == 2  # only the tasks with a 1.0 against a 0.0
 
 
 @pytest.mark.parametrize(
