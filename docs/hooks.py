@@ -236,8 +236,9 @@ def _signature(obj: Any, name: str) -> str:
         prefix = {"variadic positional": "*", "variadic keyword": "**"}.get(kind, "")
         star = star or kind == "variadic positional"
         text = f"{prefix}{p.name}" + (f": {p.annotation}" if p.annotation is not None else "")
-        if p.default is not None:
-            text += f" = {p.default}" if p.annotation is not None else f"={p.default}"
+        if p.default is not None and not prefix:
+            default = _value(str(p.default), function)
+            text += f" = {default}" if p.annotation is not None else f"={default}"
         params.append(text)
     if obj.kind.value == "class":
         head, tail = f"class {name}", ""
@@ -251,6 +252,16 @@ def _signature(obj: Any, name: str) -> str:
     if len(one_line.splitlines()[-1]) <= SIGNATURE_COLUMNS:
         return one_line
     return f"{head}(\n" + "".join(f"    {p},\n" for p in params) + f"){tail}"
+
+
+def _value(default: str, function: Any) -> str:
+    """A default that names a constant of the function's module (``DEFAULT_MIN_GAP``), as its value."""
+    import importlib
+
+    if not default.isidentifier() or default in ("None", "True", "False"):
+        return default
+    value = getattr(importlib.import_module(function.module.path), default, None)
+    return repr(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else default
 
 
 def _first_paragraph(obj: Any) -> str:
@@ -277,6 +288,8 @@ def _markdown(text: str) -> str:
                 i += 1
             while block and not block[-1].strip():
                 block.pop()
+            while block and not block[0].strip():
+                block.pop(0)
             out += ["", "```text", *_dedent(block), "```", ""]
             continue
         starts_list = line.startswith(("- ", "* "))
