@@ -166,6 +166,7 @@ __all__ = [
     "TrainingSamples",
     "export_training_data",
     "training_data_description",
+    "training_data_features",
     "get_environment",
     "list_environments",
     "load_environment",

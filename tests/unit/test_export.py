@@ -141,6 +141,21 @@ def test_filters_keep_rollouts_by_reward_and_add_failed_and_masked_ones_as_typed
     assert (masked["status"], masked["failure_kind"], masked["reward"]) == ("masked", "judge_failed", 0.0)
 
 
+def test_rows_carry_the_policy_versions_that_sampled_the_rollout(tmp_path: Path) -> None:
+    """Under an engine that labels its samples (vLLM 0.33's weight_versions, recorded by the training client), the
+    versions of a rollout's turns, oldest first; null where none were reported."""
+    labelled = rollout_record(0, 0, reward=1.0)
+    labelled["training"] = {
+        "samples": 1,
+        "policy_versions": {"oldest": "3", "newest": "4", "by_turn": [["3"], ["4", "3"]]},
+    }
+    records = [labelled, rollout_record(0, 1, reward=0.0)]
+    run = write_run(tmp_path / "run", records, rollouts_per_example=2)
+    export_training_data(run, tmp_path / "g.parquet", "rollout-groups")
+    rows = sorted(_load(tmp_path / "g.parquet"), key=lambda r: r["rollout_index"])
+    assert [r["policy_versions"] for r in rows] == [["3", "4"], None]
+
+
 def test_sft_messages_hold_the_conversation_with_tool_calls_results_and_the_tools(run: Path) -> None:
     export_training_data(run, run / "messages.parquet", "sft-messages")
     row = next(r for r in _load(run / "messages.parquet") if (r["task_index"], r["rollout_index"]) == (1, 2))
