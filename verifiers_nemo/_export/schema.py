@@ -259,7 +259,5 @@ def training_data_features(format_name: str) -> Any:
     if format_name not in COLUMNS:
         from .._exceptions import ConfigurationError
 
-        raise ConfigurationError(
-            f"unknown training-data format {format_name!r}; choose one of {', '.join(COLUMNS)}."
-        )
+        raise ConfigurationError(f"unknown training-data format {format_name!r}; choose one of {', '.join(COLUMNS)}.")
     return Features.from_arrow_schema(arrow_schema(format_name))
