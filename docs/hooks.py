@@ -5,8 +5,15 @@
 * The config keys of ``nemo-gym-env`` (``reference/config.md``) are read from its config classes: between each
   ``<!-- config-keys: CLASS --env.prefix. -->`` line and the next ``<!-- /config-keys -->``, a table of that class's
   fields.
+* The Python API reference (``reference/python.md``) is read from the package's signatures and docstrings with griffe
+  (what mkdocstrings reads; the ``docs`` extra): between each ``<!-- python-api: verifiers_nemo.NAME -->`` line and
+  the next ``<!-- /python-api -->``, that object's signature, docstring, fields and public methods (signatures in
+  ``py`` blocks: highlighted as Python, and not taken for examples to run by tests/e2e/test_docs.py).
+* The training-data formats' columns (``reference/training-data.md``) are read from
+  ``verifiers_nemo/_export/schema.py``: between each ``<!-- training-data-columns: FORMAT -->`` line and the next
+  ``<!-- /training-data-columns -->``.
 
-Both are committed, so they read on GitHub as on the site; ``python docs/hooks.py`` writes them again after a change to
+All are committed, so they read on GitHub as on the site; ``python docs/hooks.py`` writes them again after a change to
 the parser or the config classes (``--check``: exit 1 when a page is not what they give), and
 ``tests/unit/test_docs.py`` fails when a committed page drifts. The site build regenerates them too.
 * A code block the docs test does not run as written carries ``<!--pytest.mark.skip(reason="...")-->`` just above it
@@ -24,7 +31,7 @@ from typing import Any
 CLI_MARKER = "<!-- cli-reference -->"
 CLI_END = "<!-- /cli-reference -->"
 CONFIG_END = "<!-- /config-keys -->"
-REFERENCE_PAGES = ("reference/cli.md", "reference/config.md")
+REFERENCE_PAGES = ("reference/cli.md", "reference/config.md", "reference/python.md", "reference/training-data.md")
 """The pages, under docs/, whose generated parts are committed."""
 SKIP_MARK = re.compile(r'^<!--pytest\.mark\.skip\(reason="(?P<reason>[^"]*)"\)-->$', re.MULTILINE)
 HELP_COLUMNS = "100"
@@ -109,9 +116,204 @@ def _named(text: str, tree: Any) -> str:
     return text
 
 
+# -- the training-data formats' columns --------------------------------------------------------------------
+
+COLUMNS_END = "<!-- /training-data-columns -->"
+COLUMNS_MARKER = re.compile(
+    r"^(?P<start><!-- training-data-columns: (?P<format>[\w-]+) -->)\n.*?^<!-- /training-data-columns -->$",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def training_data_columns(format_name: str) -> str:
+    """A table of one training-data format's columns: name, type, what it holds."""
+    from verifiers_nemo._export.schema import COLUMNS
+
+    rows = ["| column | type | what it holds |", "|---|---|---|"]
+    for column in COLUMNS[format_name]:
+        rows.append(f"| `{column.name}` | `{column.type}` | {column.description.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+# -- the Python API ------------------------------------------------------------------------------------------
+
+API_END = "<!-- /python-api -->"
+API_MARKER = re.compile(
+    r"^(?P<start><!-- python-api: (?P<path>[\w.]+) -->)\n.*?^<!-- /python-api -->$", re.MULTILINE | re.DOTALL
+)
+SIGNATURE_COLUMNS = 100
+_PACKAGE: Any = None
+
+
+def _package() -> Any:
+    """The package as griffe reads it (its source, statically: nothing is imported), loaded once."""
+    global _PACKAGE
+    if _PACKAGE is None:
+        from pathlib import Path
+
+        import griffe
+
+        root = Path(__file__).resolve().parents[1]
+        _PACKAGE = griffe.load("verifiers_nemo", search_paths=[str(root)], resolve_aliases=True)
+    return _PACKAGE
+
+
+def python_api(path: str) -> str:
+    """One public object's reference in Markdown: its signature, docstring, fields (a dataclass's, a class's
+    documented attributes and properties) and public methods; a module: its docstring and its classes."""
+    obj = _target(_package()[path.removeprefix("verifiers_nemo.")])
+    name = path.rsplit(".", 1)[-1]
+    if obj.kind.value == "module":
+        parts = [_docstring(obj)]
+        for member in obj.members.values():
+            if member.is_alias:  # an import
+                continue
+            if member.kind.value == "class" and not member.name.startswith("_") and member.docstring:
+                parts.append(f"- `{member.name}`: {_first_paragraph(member)}")
+        return "\n\n".join(filter(None, parts[:1])) + "\n\n" + "\n".join(parts[1:])
+    parts = [f"### `{name}`", "```py\n" + _signature(obj, name) + "\n```", _docstring(obj)]
+    if obj.kind.value == "class":
+        fields = [_field(member) for member in _public(obj) if member.kind.value == "attribute"]
+        fields = [f for f in fields if f]
+        if fields:
+            parts.append("**Attributes**\n\n" + "\n".join(fields))
+        for member in _public(obj):
+            if member.kind.value == "function":
+                parts.append(f"#### `{name}.{member.name}`")
+                parts.append("```py\n" + _signature(member, member.name) + "\n```")
+                parts.append(_docstring(member))
+    return "\n\n".join(part for part in parts if part)
+
+
+def _public(cls: Any) -> list[Any]:
+    """A class's public members (its own and inherited ones it documents), in source order."""
+    members = []
+    for name, member in cls.all_members.items():
+        member = _target(member)
+        if name.startswith("_") or member.kind.value not in ("attribute", "function"):
+            continue
+        undocumented = (
+            member.kind.value == "attribute" and "instance-attribute" in member.labels and not member.docstring
+        )
+        if undocumented and not _is_field(cls, member):
+            continue
+        members.append(member)
+    return sorted(members, key=lambda m: (m.parent is not cls, m.lineno or 0))
+
+
+def _target(obj: Any) -> Any:
+    return obj.final_target if obj.is_alias else obj
+
+
+def _is_field(cls: Any, member: Any) -> bool:
+    """Whether ``member`` is a dataclass field of ``cls`` (annotated in its body: a constructor argument)."""
+    dataclass = any("dataclass" in str(decorator.value) for decorator in cls.decorators)
+    return dataclass and member.annotation is not None and member.parent is cls
+
+
+def _field(member: Any) -> str:
+    kind = f": {member.annotation}" if member.annotation is not None else ""
+    default = f" = {member.value}" if member.value is not None and "property" not in member.labels else ""
+    label = " (property)" if "property" in member.labels else ""
+    doc = _first_paragraph(member) if member.docstring else ""
+    return f"- `{member.name}{kind}{default}`{label}" + (f": {doc}" if doc else "")
+
+
+def _signature(obj: Any, name: str) -> str:
+    """``def name(...) -> T`` / ``class Name(...)``, one parameter a line when it would not fit."""
+    function = obj
+    if obj.kind.value == "class":
+        function = obj.all_members.get("__init__")
+        function = _target(function) if function is not None else None
+    params, star = [], False
+    for p in function.parameters if function is not None else ():
+        if p.name in ("self", "cls"):
+            continue
+        kind = p.kind.value
+        if kind == "keyword-only" and not star:
+            params.append("*")
+            star = True
+        prefix = {"variadic positional": "*", "variadic keyword": "**"}.get(kind, "")
+        star = star or kind == "variadic positional"
+        text = f"{prefix}{p.name}" + (f": {p.annotation}" if p.annotation is not None else "")
+        if p.default is not None and not prefix:
+            default = _value(str(p.default), function)
+            text += f" = {default}" if p.annotation is not None else f"={default}"
+        params.append(text)
+    if obj.kind.value == "class":
+        head, tail = f"class {name}", ""
+    else:
+        labels = obj.labels
+        head = ("async def " if "async" in labels else "def ") + name
+        tail = f" -> {obj.returns}" if obj.returns is not None else ""
+        if "classmethod" in labels:
+            head = "@classmethod\n" + head
+    one_line = f"{head}({', '.join(params)}){tail}"
+    if len(one_line.splitlines()[-1]) <= SIGNATURE_COLUMNS:
+        return one_line
+    return f"{head}(\n" + "".join(f"    {p},\n" for p in params) + f"){tail}"
+
+
+def _value(default: str, function: Any) -> str:
+    """A default that names a constant of the function's module (``DEFAULT_MIN_GAP``), as its value."""
+    import importlib
+
+    if not default.isidentifier() or default in ("None", "True", "False"):
+        return default
+    value = getattr(importlib.import_module(function.module.path), default, None)
+    return repr(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else default
+
+
+def _first_paragraph(obj: Any) -> str:
+    return " ".join(_markdown(obj.docstring.value).split("\n\n")[0].split())
+
+
+def _docstring(obj: Any) -> str:
+    return _markdown(obj.docstring.value) if obj.docstring else ""
+
+
+def _markdown(text: str) -> str:
+    """A docstring (reStructuredText's inline literals and ``::`` blocks) as Markdown."""
+    out: list[str] = []
+    lines = text.replace("``", "`").splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.rstrip().endswith("::"):
+            out.append(line.rstrip()[:-1])
+            block = []
+            i += 1
+            while i < len(lines) and (not lines[i].strip() or lines[i].startswith((" ", "\t"))):
+                block.append(lines[i])
+                i += 1
+            while block and not block[-1].strip():
+                block.pop()
+            while block and not block[0].strip():
+                block.pop(0)
+            out += ["", "```text", *_dedent(block), "```", ""]
+            continue
+        starts_list = line.startswith(("- ", "* "))
+        in_list = out and (out[-1].startswith(("- ", "* ", " ")))
+        if starts_list and out and out[-1].strip() and not in_list:
+            out.append("")
+        out.append(line)
+        i += 1
+    return "\n".join(out).strip()
+
+
+def _dedent(block: list[str]) -> list[str]:
+    import textwrap
+
+    return textwrap.dedent("\n".join(block)).splitlines()
+
+
 def regenerate(markdown: str) -> str:
     """``markdown`` with its generated parts (between their start and end lines) written again from the code."""
     markdown = CLI_REGION.sub(lambda _: f"{CLI_MARKER}\n\n{cli_reference()}\n{CLI_END}", markdown)
+    markdown = API_MARKER.sub(lambda m: f"{m.group('start')}\n\n{python_api(m.group('path'))}\n\n{API_END}", markdown)
+    markdown = COLUMNS_MARKER.sub(
+        lambda m: f"{m.group('start')}\n\n{training_data_columns(m.group('format'))}\n\n{COLUMNS_END}", markdown
+    )
     return CONFIG_MARKER.sub(
         lambda m: f"{m.group('start')}\n\n{config_keys(m.group('cls'), m.group('prefix'))}\n\n{CONFIG_END}", markdown
     )

@@ -117,6 +117,7 @@ LONGEST_FIRST = (
     "tests/realmodel/test_training_client_real.py",
     "tests/realmodel/test_cli_exact_tokens_real.py",
     "tests/realmodel/test_exact_tokens_real.py",
+    "tests/realmodel/test_training_data_real.py",
     "tests/e2e/test_ray.py",
     "tests/e2e/test_multi_node.py",
     "tests/e2e/test_report.py",

@@ -40,6 +40,7 @@ PUBLIC_CONSTRUCTORS = (
     "RoutingProxy",
     "FunctionUpstream",
     "ReplayServer",
+    "TrainingDataWriter",
 )
 
 
@@ -154,6 +155,14 @@ EFFECT_TESTS: dict[str, str] = {
     "export --inspect": "tests/e2e/test_report.py::test_inspect_export_is_read_back_by_inspect_ai",
     "export --output": "tests/e2e/test_report.py::test_inspect_export_is_read_back_by_inspect_ai",
     "export --max-rollouts": "tests/e2e/test_report.py::test_inspect_export_is_read_back_by_inspect_ai",
+    "export --format": "tests/unit/test_export.py::test_the_export_command_writes_each_format_where_it_says",
+    "export --min-reward": "tests/unit/test_export.py::test_the_export_command_s_filters_and_pairing_flags_shape_the_rows",
+    "export --max-reward": "tests/unit/test_export.py::test_the_export_command_s_filters_and_pairing_flags_shape_the_rows",
+    "export --include-masked": "tests/unit/test_export.py::test_the_export_command_s_filters_and_pairing_flags_shape_the_rows",
+    "export --include-errors": "tests/unit/test_export.py::test_the_export_command_s_filters_and_pairing_flags_shape_the_rows",
+    "export --pairs": "tests/unit/test_export.py::test_the_export_command_s_filters_and_pairing_flags_shape_the_rows",
+    "export --min-gap": "tests/unit/test_export.py::test_the_export_command_s_filters_and_pairing_flags_shape_the_rows",
+    "export --max-pairs": "tests/unit/test_export.py::test_the_export_command_s_filters_and_pairing_flags_shape_the_rows",
     "envs --verbose": VERBOSE,
     "envs TEXT": U + "test_envs_filter_and_recorded_narrow_the_list",
     "envs --runnable": CLI + "test_envs_lists_the_catalogue_and_filters_runnable",
@@ -289,6 +298,20 @@ EFFECT_TESTS: dict[str, str] = {
     "RoutingProxy(**options)": U + "test_proxy_max_retries_backoff_and_backoff_max_shape_the_retries",
     # -- FunctionUpstream, ReplayServer
     "FunctionUpstream(handler=)": PROXY + "test_function_upstream_replies_are_validated",
+    "TrainingDataWriter(path=)": "tests/unit/test_export.py::test_a_writer_in_your_own_loop_writes_the_file_the_export_of_the_saved_run_writes",
+    "TrainingDataWriter(format=)": "tests/unit/test_export.py::test_jsonl_and_parquet_hold_the_same_rows_and_describe_themselves",
+    "TrainingDataWriter(min_reward=)": "tests/unit/test_export.py::test_filters_keep_rollouts_by_reward_and_add_failed_and_masked_ones_as_typed_rows",
+    "TrainingDataWriter(max_reward=)": "tests/unit/test_export.py::test_filters_keep_rollouts_by_reward_and_add_failed_and_masked_ones_as_typed_rows",
+    "TrainingDataWriter(include_masked=)": "tests/unit/test_export.py::test_filters_keep_rollouts_by_reward_and_add_failed_and_masked_ones_as_typed_rows",
+    "TrainingDataWriter(include_errors=)": "tests/unit/test_export.py::test_filters_keep_rollouts_by_reward_and_add_failed_and_masked_ones_as_typed_rows",
+    "TrainingDataWriter(pairs=)": "tests/unit/test_export.py::test_pairs_are_a_task_s_scored_rollouts_apart_by_the_minimum_gap_best_against_worst_by_default",
+    "TrainingDataWriter(min_gap=)": "tests/unit/test_export.py::test_pairs_are_a_task_s_scored_rollouts_apart_by_the_minimum_gap_best_against_worst_by_default",
+    "TrainingDataWriter(max_pairs_per_task=)": "tests/unit/test_export.py::test_pairs_are_a_task_s_scored_rollouts_apart_by_the_minimum_gap_best_against_worst_by_default",
+    "TrainingDataWriter(rollouts_per_task=)": "tests/unit/test_export.py::test_a_task_s_rows_are_written_as_soon_as_it_has_all_its_rollouts",
+    "TrainingDataWriter(model=)": "tests/unit/test_export.py::test_a_writer_in_your_own_loop_writes_the_file_the_export_of_the_saved_run_writes",
+    "TrainingDataWriter(run_id=)": "tests/unit/test_export.py::test_sft_tokens_rows_are_the_training_samples_with_labels_off_where_the_policy_did_not_sample",
+    "TrainingDataWriter(source=)": "tests/unit/test_export.py::test_jsonl_and_parquet_hold_the_same_rows_and_describe_themselves",
+    "TrainingDataWriter(group_memory=)": "tests/unit/test_export.py::test_groups_in_any_order_beyond_the_memory_bound_go_to_disk_and_come_out_the_same",
     "FunctionUpstream(chat=)": U + "test_function_upstream_chat_answers_a_judge_s_chat_calls",
     "ReplayServer(recordings=)": "tests/unit/test_replay_judge.py::test_policy_calls_are_unaffected_by_judge_recordings",
     "ReplayServer(judge=)": "tests/unit/test_replay_judge.py::"

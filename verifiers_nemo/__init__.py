@@ -10,8 +10,13 @@ The public API is what this module exports; every other module is private.
   rotation and its calls move to a live one; it is probed and rejoins.
 * ``RolloutResult`` / ``PolicyCall`` / ``check_contiguity`` - what a rollout returns: reward, metrics,
   completion, the per-call trace with token IDs and logprobs, usage, timing, a typed error.
-* ``training_samples`` / ``TrainingSamples`` - a trace as the token sequences a trainer trains on (loss mask,
-  logprobs), one when the rollout is contiguous (``Endpoint(exact_tokens=True)`` makes it so).
+* ``training_samples`` / ``TrainingSamples`` / ``TrainingSample`` - a trace as the token sequences a trainer trains on
+  (loss mask, logprobs), one when the rollout is contiguous (``Endpoint(exact_tokens=True)`` makes it so).
+* ``SavedRun`` - a run folder of ``verifiers-nemo eval -s`` read back as ``RolloutResult`` objects.
+* ``export_training_data`` / ``TrainingDataWriter`` / ``ExportReport`` / ``training_data_description`` /
+  ``training_data_features`` - saved or live rollouts as training data (exact-token SFT samples, SFT conversations,
+  preference pairs, rollout groups with GRPO advantages) in JSONL or Parquet, written in bounded memory; what a
+  written file says it holds; a format's columns as ``datasets.Features``.
 * ``load_environment`` / ``NeMoGymEnv`` - the environment factory (``environments/nemo_gym_env``).
 * ``list_environments`` / ``get_environment`` / ``GymEnvironment`` - the catalogue: packaged environments and yours.
 * Seams: ``RoutingProxy`` / ``ProxyConfig`` (``NeMoGymHarness(proxy=...)``), ``Upstream`` and
@@ -51,13 +56,25 @@ from ._exceptions import (
 
 if TYPE_CHECKING:
     from ._endpoint import Endpoint
+    from ._export.saved_run import SavedRun
+    from ._export.schema import training_data_features
+    from ._export.sinks import training_data_description
+    from ._export.writer import ExportReport, TrainingDataWriter, export_training_data
     from ._factory import NeMoGymEnv, load_environment
     from ._gym import GymEnvironment, get_environment, list_environments
     from ._harness import NeMoGymHarness
     from ._replay import ReplayServer
     from ._replicas import Replicas
     from ._result import RolloutResult
-    from ._routing import PolicyCall, ProxyConfig, RoutingProxy, TrainingSamples, check_contiguity, training_samples
+    from ._routing import (
+        PolicyCall,
+        ProxyConfig,
+        RoutingProxy,
+        TrainingSample,
+        TrainingSamples,
+        check_contiguity,
+        training_samples,
+    )
     from ._scale import NeMoGymPool
     from ._tasks import NeMoGymTaskset, Task
     from ._upstreams import FunctionUpstream, Upstream
@@ -65,6 +82,7 @@ if TYPE_CHECKING:
 # Heavy modules (datasets, aiohttp, pydantic) load on first use, so `verifiers-nemo --help` stays fast.
 _LAZY = {
     "Endpoint": "._endpoint",
+    "ExportReport": "._export.writer",
     "FunctionUpstream": "._upstreams",
     "GymEnvironment": "._gym",
     "NeMoGymEnv": "._factory",
@@ -77,11 +95,17 @@ _LAZY = {
     "Replicas": "._replicas",
     "RolloutResult": "._result",
     "RoutingProxy": "._routing",
+    "SavedRun": "._export.saved_run",
     "Task": "._tasks",
     "Upstream": "._upstreams",
     "check_contiguity": "._routing",
     "training_samples": "._routing",
+    "TrainingDataWriter": "._export.writer",
+    "TrainingSample": "._routing",
     "TrainingSamples": "._routing",
+    "export_training_data": "._export.writer",
+    "training_data_description": "._export.sinks",
+    "training_data_features": "._export.schema",
     "get_environment": "._gym",
     "list_environments": "._gym",
     "load_environment": "._factory",
@@ -100,6 +124,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ConfigurationError",
     "Endpoint",
+    "ExportReport",
     "FunctionUpstream",
     "GymAgentError",
     "GymEnvironment",
@@ -119,6 +144,7 @@ __all__ = [
     "RolloutResult",
     "RolloutTimeout",
     "RoutingProxy",
+    "SavedRun",
     "StackStartError",
     "Task",
     "TasksetError",
@@ -135,7 +161,12 @@ __all__ = [
     "WorkerLost",
     "check_contiguity",
     "training_samples",
+    "TrainingDataWriter",
+    "TrainingSample",
     "TrainingSamples",
+    "export_training_data",
+    "training_data_description",
+    "training_data_features",
     "get_environment",
     "list_environments",
     "load_environment",

@@ -29,6 +29,7 @@ out of a batch); each class's ``type`` is the ``error.type`` string of results f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -98,6 +99,27 @@ class RolloutError(VerifiersNemoError):
 
     def to_dict(self) -> dict[str, str]:
         return {"type": self.type, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RolloutError:
+        """The error a results line holds (``to_dict``) as the class its ``type`` names; a type this release does not
+        know keeps its string on a plain ``RolloutError``."""
+        kind, message = str(data.get("type") or cls.type), str(data.get("message") or "")
+        found = _error_class(RolloutError, kind)
+        error = found(message) if found is not None else RolloutError(message)
+        if found is None:
+            error.type = kind
+        return error
+
+
+def _error_class(base: type[RolloutError], kind: str) -> type[RolloutError] | None:
+    if base.type == kind:
+        return base
+    for sub in base.__subclasses__():
+        found = _error_class(sub, kind)
+        if found is not None:
+            return found
+    return None
 
 
 class RolloutTimeout(RolloutError):

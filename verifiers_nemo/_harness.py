@@ -73,6 +73,14 @@ class NeMoGymHarness:
     The stack and proxy start on first use and are shared (refcounted) with any other harness of the
     same environment in this process. Use as ``async with`` / ``with``, or call ``close()``.
 
+    Lifecycle: constructing a harness starts nothing (``check()`` refuses now what a start would refuse). The first
+    of ``await astart()`` / ``start()``, entering ``async with`` / ``with``, ``rollout`` or ``run`` starts the Gym
+    stack (or joins the one this process already runs for the same environment and settings) and the routing proxy;
+    later calls reuse them, and a stack whose process died is restarted by the next rollout. ``await aclose()`` /
+    ``close()`` (leaving the ``with`` block) releases this harness's share: the last user of a stack stops it,
+    bounded; a closed harness refuses further use. The Gym processes go down with this process however it ends
+    (their supervisor watches it), so an interrupted program leaves none behind.
+
     The Gym runtime is ``gym_python`` (an interpreter with nemo-gym), else ``VERIFIERS_NEMO_GYM_PYTHON``, else
     this interpreter when it has nemo-gym, else a managed one of the nemo-gym series ``gym_version`` (``"0.7"``,
     ``"0.4"``; default: the newest an interpreter on this machine runs). Given ``taskset=`` and neither, it runs the
@@ -222,6 +230,7 @@ class NeMoGymHarness:
         return self.judges.take_calls()
 
     async def astart(self) -> GymStack:
+        """``start()`` from async code (in a thread: a first start takes seconds)."""
         return await asyncio.to_thread(self.start)
 
     @property
@@ -267,6 +276,7 @@ class NeMoGymHarness:
         # otherwise the proxy outlives this harness (the shared one lives until exit; yours is yours)
 
     async def aclose(self) -> None:
+        """``close()`` from async code, after closing the HTTP session the agents' ``/run`` calls use."""
         await self.agents.close_session()
         await asyncio.to_thread(self.close)
 

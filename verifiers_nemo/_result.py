@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._exceptions import InvalidResult, RolloutError
 from ._protocol import output_to_messages, sum_usage
-from ._routing import strip_route
+from ._routing import PolicyCall, strip_route
 
 _NOT_METRICS = frozenset({"reward", "mask_sample"})
 _IDENTIFIER_SUFFIXES = ("_id", "_idx", "_index", "_ids")
@@ -103,6 +104,36 @@ class RolloutResult:
         if include_gym_result:
             out["gym_result"] = self.gym_result
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RolloutResult:
+        """A results line (``to_dict``, as ``eval -s`` writes it in ``results.jsonl``) back as a result: its saved
+        ``trace`` as ``PolicyCall`` objects (so ``training_samples(result.trace)`` works on a saved run), its error
+        typed again. Keys it does not know are ignored."""
+        error = data.get("error")
+        return cls(
+            task_index=int(data["task_index"]),
+            rollout_index=int(data["rollout_index"]),
+            example_id=data.get("example_id"),
+            env=data.get("env"),
+            agent=data.get("agent"),
+            endpoint=data.get("endpoint"),
+            prompt=list(data.get("prompt") or ()),
+            completion=list(data.get("completion") or ()),
+            reward=data.get("reward"),
+            metrics=dict(data.get("metrics") or {}),
+            usage=dict(data.get("usage") or {}),
+            timing=dict(data.get("timing") or {}),
+            trace=[PolicyCall.from_dict(call) for call in data.get("trace") or () if isinstance(call, Mapping)],
+            error=RolloutError.from_dict(error) if isinstance(error, Mapping) else None,
+            gym_result=data.get("gym_result"),
+            worker=data.get("worker"),
+            failed_over=list(data.get("failed_over") or ()),
+            masked=bool(data.get("masked")),
+            failure_kind=data.get("failure_kind"),
+            failure_reason=data.get("failure_reason"),
+            training=data.get("training"),
+        )
 
 
 def _call_to_dict(call: Any) -> Any:

@@ -225,3 +225,35 @@ async def test_the_docs_python_replay_recipe_reproduces_every_recorded_reward(
     assert [r.error for r in done["results"]] == [None] * 5
     assert not [r for r in caplog.records if "ready in" in r.getMessage()]  # no stack of its own: it shared this one
     assert harness.stack.launch is launch
+
+
+async def test_the_docs_training_data_loop_writes_its_file_as_the_results_come(
+    harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Training data guide's own loop (a TrainingDataWriter fed by harness.run), as written, on this module's
+    stack, its vLLM URL a stand-in that returns token IDs: every rollout of every task is a row of its group, with its
+    token samples."""
+    import pyarrow.parquet as pq
+
+    from tests.unit.fake_upstream import FakeUpstream
+
+    monkeypatch.chdir(tmp_path)
+    launch = harness.stack.launch
+    async with FakeUpstream("vllm", token_ids=True) as fake:
+        code = doc_block("TrainingDataWriter(").replace("http://gpu-node:8000/v1", fake.base_url)
+        with caplog.at_level(logging.INFO, logger="verifiers_nemo"):
+            done = await run_here(code)
+
+    report = done["writer"].report
+    assert (report.rows, report.rollouts, report.details["tasks"]) == (20, 20, 5), report
+    rows = pq.read_table(tmp_path / "live.parquet").to_pylist()
+    assert sorted((r["task_index"], r["rollout_index"]) for r in rows) == [(t, r) for t in range(5) for r in range(4)]
+    for row in rows:
+        assert (row["status"], row["group_size"], row["group_scored"]) == ("scored", 4, 4)
+        assert row["model"] == "Qwen/Qwen3-8B"
+        (sample,) = row["samples"]  # one call each: the stand-in answers in words
+        assert sample["completion_mask"] == [1] * len(sample["completion_token_ids"]) and sample["prompt_token_ids"]
+        assert row["advantage"] is not None and row["env"] == ENV
+    assert all(call.body.get("return_token_ids") for call in fake.requests)
+    assert not [r for r in caplog.records if "ready in" in r.getMessage()]  # no stack of its own: it shared this one
+    assert harness.stack.launch is launch

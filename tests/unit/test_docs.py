@@ -89,20 +89,36 @@ def _hooks():
     return module
 
 
-def test_the_committed_reference_pages_are_what_the_parser_and_the_config_classes_give() -> None:
-    """reference/cli.md and reference/config.md are committed with their generated parts, so they read in the
-    repository; a flag, a help text or a config field changed without `python docs/hooks.py` fails here.
-    (Generated with the suite's Python: argparse's layout differs a little between Python releases.)"""
+def test_the_committed_reference_pages_are_what_the_parser_the_config_classes_and_the_code_give() -> None:
+    """reference/cli.md, config.md, python.md and training-data.md are committed with their generated parts, so they
+    read in the repository; a flag, a help text, a config field, a public signature or docstring, or a training-data
+    column changed without `python docs/hooks.py` fails here. (Generated with the suite's Python: argparse's layout
+    differs a little between Python releases.)"""
     hooks = _hooks()
-    cli, config = (DOCS / name for name in hooks.REFERENCE_PAGES)
+    cli, config, python, columns = (DOCS / name for name in hooks.REFERENCE_PAGES)
     assert cli.read_text().count(hooks.CLI_END) == 1, "reference/cli.md has lost its generated part's markers"
     assert config.read_text().count(hooks.CONFIG_END) == 2, "reference/config.md has lost a config table's markers"
-    for page in (cli, config):
+    import verifiers_nemo
+
+    documented = set(re.findall(r"<!-- python-api: verifiers_nemo\.(\w+) -->", python.read_text()))
+    exceptions = {n for n in verifiers_nemo.__all__ if n in vars(verifiers_nemo._exceptions)}  # the tree, together
+    public = set(verifiers_nemo.__all__) - exceptions
+    assert public <= documented, f"reference/python.md documents no {sorted(public - documented)}"
+    assert columns.read_text().count(hooks.COLUMNS_END) == 4, "reference/training-data.md has lost a format's table"
+    for page in (cli, config, python, columns):
         text = page.read_text()
         assert hooks.regenerate(text) == text, (
             f"{page.relative_to(ROOT)} is not what the code gives: run `.venv/bin/python docs/hooks.py` and commit it"
         )
-        stale = text.replace("\n| `", "\n| `stale", 1) if page == config else text.replace(" --env-args ", " --old ", 1)
+    drifted = {
+        cli: lambda t: t.replace(" --env-args ", " --old ", 1),
+        config: lambda t: t.replace("\n| `", "\n| `stale", 1),
+        python: lambda t: t.replace("`RolloutResult.from_dict`", "`RolloutResult.from_old`", 1),
+        columns: lambda t: t.replace("| `labels` |", "| `label` |", 1),
+    }
+    for page, drift in drifted.items():
+        text = page.read_text()
+        stale = drift(text)
         assert stale != text and hooks.regenerate(stale) == text  # a drifted page is found, and written back
 
 

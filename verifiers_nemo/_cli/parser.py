@@ -10,14 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .._export.options import DEFAULT_MIN_GAP, DEFAULT_PAIRING, FORMATS, PAIRINGS
 from .._report.selection import DEFAULT_MAX_ROLLOUTS
 from .._training.reply_shapes import GENERATE_SHAPES
 from .console import EXIT_USAGE, PROG
 from .envs import cmd_envs
 from .eval import cmd_eval
+from .export import EXPORTS_FOLDER, INSPECT, cmd_export
 from .prepare import cmd_prepare
 from .replay_server import cmd_replay_server
-from .report import cmd_export, cmd_report
+from .report import cmd_report
 
 EVAL_DESCRIPTION = """\
 Evaluate a model on a NeMo Gym environment: run its tasks as rollouts through the real Gym stack,
@@ -73,12 +75,18 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         ),
     ),
     "export": (
-        "export a saved run to another tool's format (--inspect: an inspect-ai log for `inspect view`)",
+        "export a saved run as training data (SFT, preferences, rollout groups: JSONL or Parquet) or an inspect-ai log",
         (
-            "Write a saved run (either kind of folder) as an inspect-ai log: one sample per rollout with its messages"
-            " and tool calls, Gym's reward as the score, its metrics, errors and masked rows; of a run larger than "
-            "--max-rollouts, that many rollouts chosen as the report chooses them (the log's scores count every "
-            "rollout). Needs verifiers-nemo[inspect]."
+            "Write a saved run (a folder of `eval -s`) as training data, a file a trainer loads (JSONL or Parquet; "
+            "docs/reference/training-data.md has each format's columns): sft-tokens (one row per training sample: the "
+            "exact prompt and completion token IDs, a loss mask on the sampled tokens, logprobs; needs a run saved "
+            "with --save-trace and --return-tokens or --exact-tokens), sft-messages (each rollout's conversation, tool "
+            "calls and results included, for trainers that tokenize themselves), preferences (chosen/rejected pairs "
+            "of a task's rollouts by reward, for DPO) or rollout-groups (each task's rollouts with their group's "
+            "statistics and GRPO advantages, for offline RL). Rollouts that failed or that Gym masked are left out "
+            "unless asked for (then as typed rows). The file is written as the run is read, in bounded memory, and "
+            "describes itself (Parquet metadata, or FILE.schema.json beside a JSONL file). --format inspect writes an "
+            "inspect-ai log for `inspect view` instead (either kind of folder; needs verifiers-nemo[inspect])."
         ),
     ),
     "envs": (
@@ -422,15 +430,48 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = _command(commands, "export", cmd_export)
     ex.add_argument("run", type=Path, metavar="RUN_DIR", help="a run folder")
-    ex.add_argument("--inspect", action="store_true", help="write an inspect-ai .eval log")
+    ex.add_argument(
+        "--format",
+        choices=(*FORMATS, INSPECT),
+        help="sft-tokens, sft-messages, preferences or rollout-groups (training data), or inspect (an inspect-ai log)",
+    )
+    ex.add_argument("--inspect", action="store_true", help="the same as --format inspect")
     ex.add_argument(
         "-o", "--output", type=Path, metavar="FILE",
-        help="the .eval file to write (default: RUN_DIR/inspect/<timestamp>_<env>_<run>.eval)",
+        help="the file to write: .parquet or .jsonl for training data (default: "
+        f"RUN_DIR/{EXPORTS_FOLDER}/FORMAT.parquet), .eval for inspect (default: "
+        "RUN_DIR/inspect/<timestamp>_<env>_<run>.eval)",
     )  # fmt: skip
+    rows = ex.add_argument_group("which rollouts (training data)")
+    rows.add_argument(
+        "--min-reward", type=_any_float, metavar="X",
+        help="only rollouts with a reward of at least X (rejection sampling; preferences: the chosen one)",
+    )  # fmt: skip
+    rows.add_argument("--max-reward", type=_any_float, metavar="X", help="only rollouts with a reward of at most X")
+    rows.add_argument(
+        "--include-masked", action="store_true",
+        help="also the rollouts Gym masked (mask_sample: their reward is no valid measurement), as rows with status "
+        "masked",
+    )  # fmt: skip
+    rows.add_argument(
+        "--include-errors", action="store_true",
+        help="also the rollouts that failed, as rows with status error, their error_type and no reward",
+    )  # fmt: skip
+    pairs = ex.add_argument_group("preference pairs (--format preferences)")
+    pairs.add_argument(
+        "--pairs", choices=PAIRINGS,
+        help=f"which pairs of a task's scored rollouts (default {DEFAULT_PAIRING}): best-worst, its best against its "
+        "worst; best-rest, its best against each one enough below; all, every two enough apart",
+    )  # fmt: skip
+    pairs.add_argument(
+        "--min-gap", type=_non_negative_float, metavar="X",
+        help=f"the chosen reward is at least X above the rejected one (default {DEFAULT_MIN_GAP}; never a tie)",
+    )  # fmt: skip
+    pairs.add_argument("--max-pairs", type=_positive_int, metavar="N", help="at most N pairs of each task")
     ex.add_argument(
-        "--max-rollouts", type=_non_negative_int, default=DEFAULT_MAX_ROLLOUTS, metavar="N",
-        help=f"rollouts written as samples (default {DEFAULT_MAX_ROLLOUTS:,}; of a larger run, N chosen as the report "
-        "chooses them; the log's scores count every rollout)",
+        "--max-rollouts", type=_non_negative_int, metavar="N",
+        help=f"--format inspect: rollouts written as samples (default {DEFAULT_MAX_ROLLOUTS:,}; of a larger run, N "
+        "chosen as the report chooses them; the log's scores count every rollout)",
     )  # fmt: skip
 
     en = _command(commands, "envs", cmd_envs)

@@ -1,5 +1,4 @@
-"""``verifiers-nemo report`` (one HTML file from saved runs) and ``verifiers-nemo export --inspect``
-(an inspect-ai log, for ``inspect view``); ``eval -s --report`` writes the report at the end of a run."""
+"""``verifiers-nemo report`` (one HTML file from saved runs); ``eval -s --report`` writes it at the end of a run."""
 
 from __future__ import annotations
 
@@ -62,28 +61,4 @@ def write_and_tell(
         f"{report.bytes / 1e6:.1f} MB, {time.monotonic() - started:.1f}s); open it in a browser:"
     )
     print(report.path.resolve().as_uri(), flush=True)
-    return EXIT_OK
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from .._report import ReportError
-    from .._report.inspect_log import INSPECT_EXTRA, inspect_available, write_inspect_log
-
-    if not args.inspect:
-        return fail("say which format: --inspect (an inspect-ai log, for `inspect view`)")
-    if not inspect_available():
-        return fail(f"the inspect export needs inspect-ai, not installed here: {INSPECT_EXTRA}")
-    try:
-        log = write_inspect_log(args.run, args.output, max_rollouts=args.max_rollouts)
-    except ReportError as exc:
-        return fail(str(exc))
-    except OSError as exc:
-        return fail(f"cannot write the log: {exc} (pass -o PATH somewhere writable)", EXIT_FAILED)
-    if log.choice:
-        say(
-            f"note: the log's samples are {log.choice}; its scores count every rollout (inspect-ai's writer holds "
-            "every sample's summary in memory: --max-rollouts N writes more)"
-        )
-    say(f"inspect-ai log of {log.rollouts:,} rollouts; view it with: inspect view --log-dir {log.path.parent}")
-    print(log.path, flush=True)
     return EXIT_OK

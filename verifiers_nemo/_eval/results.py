@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._exceptions import ConfigurationError
+from .._protocol import loads
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class SavedResults:
                     continue
                 if line.strip():
                     try:
-                        record = json.loads(line)
+                        record = loads(line)  # orjson when installed: a run's file can be gigabytes
                         if not isinstance(record, dict) or "task_index" not in record or "rollout_index" not in record:
                             raise ValueError("not a rollout record (no task_index/rollout_index)")
                     except ValueError as exc:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import UpstreamError
-from .._protocol import loads
+from .._protocol import dumps, loads
 
 
 @dataclass(slots=True, eq=False)
@@ -69,6 +69,31 @@ class PolicyCall:
     def has_tokens(self) -> bool:
         """Whether prompt and completion token IDs were captured."""
         return self.prompt_token_ids is not None and self.completion_token_ids is not None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PolicyCall:
+        """A saved call (``to_dict``: each entry of a ``results.jsonl`` line's ``trace``, as ``eval --save-trace``
+        writes it) back as a ``PolicyCall``, its error typed again; keys it does not know are ignored."""
+        request, response, error = data.get("request") or {}, data.get("response"), data.get("error")
+        return cls(
+            index=int(data.get("index") or 0),
+            status=int(data.get("status") or 0),
+            latency_s=float(data.get("latency_s") or 0.0),
+            attempts=int(data.get("attempts") or 1),
+            started_at=float(data.get("started_at") or 0.0),
+            request_json=dumps(request),
+            response_json=None if response is None else dumps(response),
+            upstream_status=data.get("upstream_status"),
+            usage=data.get("usage"),
+            error=UpstreamError.from_dict(error) if isinstance(error, Mapping) else None,  # type: ignore[arg-type]
+            prompt_token_ids=data.get("prompt_token_ids"),
+            completion_token_ids=data.get("completion_token_ids"),
+            completion_logprobs=data.get("completion_logprobs"),
+            context_overflow=bool(data.get("context_overflow")),
+            finish_reason=data.get("finish_reason"),
+            _request=request if isinstance(request, dict) else None,
+            _response=response if isinstance(response, dict) else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy (the error as ``{"type", "message"}``)."""
