@@ -110,6 +110,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_env_server.py",
     "tests/e2e/test_own_envs_guide.py",
     "tests/e2e/test_own_envs.py",
+    "tests/e2e/test_gym07_catalogue.py",
     "tests/e2e/test_docs.py",
     "tests/e2e/test_training_recipe.py",
     "tests/faults/test_first_use.py",

@@ -168,6 +168,7 @@ EFFECT_TESTS: dict[str, str] = {
     "envs --runnable": CLI + "test_envs_lists_the_catalogue_and_filters_runnable",
     "envs --recorded": U + "test_envs_filter_and_recorded_narrow_the_list",
     "envs --json": CLI + "test_envs_lists_the_catalogue_and_filters_runnable",
+    "envs --kind": "tests/e2e/test_gym07_catalogue.py::test_envs_lists_every_environment_and_benchmark_gym_lists_with_its_kind",
     "prepare --verbose": VERBOSE,
     "prepare ENV": "tests/e2e/test_requirements.py::test_prepare_installs_an_environments_packages_ahead_of_its_first_run",
     "prepare --gym-python": U + "test_prepare_uses_the_gym_python_it_is_given",

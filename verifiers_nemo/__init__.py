@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ._exceptions import (
     ConfigurationError,
     GymAgentError,
+    GymEpisodeFailed,
     GymRuntimeError,
     GymServerDown,
     InvalidResult,
@@ -129,6 +130,7 @@ __all__ = [
     "GymAgentError",
     "GymEnvironment",
     "GymRuntimeError",
+    "GymEpisodeFailed",
     "GymServerDown",
     "InvalidResult",
     "MissingRequirementsError",

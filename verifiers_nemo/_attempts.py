@@ -1,6 +1,7 @@
 """``RolloutAttempts``: the tries of one rollout, each on a route of its own, and the result read from them.
 
-A try whose Gym stack died before it was answered is made again after the restart (``GymAgentClient.run``). Each try
+A try whose Gym stack died before it was answered is made again after the restart (``GymAgentClient.run``); an
+episode Gym failed without calling it terminal is tried again as Gym's collector tries it (``run_episode``). Each try
 opens its own route on the proxy, so a retry never shares a trace with the dead try; every route is closed when the
 rollout ends, so a late call from an orphaned agent is refused, never delivered. The result's trace, usage, policy
 time and Gym outcome are the last try's.
@@ -15,6 +16,9 @@ from ._exceptions import RolloutError
 from ._protocol import sum_usage
 from ._result import RolloutResult, map_gym_result
 from ._routing import Route, row_with_route
+
+ATTEMPT_INDEX_KEY = "_ng_attempt_index"
+"""nemo-gym's row field for a retried episode's attempt (0 when absent)."""
 
 if TYPE_CHECKING:
     from ._endpoint import Endpoint
@@ -60,6 +64,9 @@ class RolloutAttempts:
         self._extra_args = extra_args or None
         self._upstream = upstream
         self.routes: list[Route] = []
+        self.episode_attempt = 0
+        """Gym's attempt index of the episode (``_ng_attempt_index``): 0, then 1, 2 as a failed episode is tried
+        again (an environment server keys its episodes by rollout and attempt)."""
 
     def new(self) -> Attempt:
         endpoint = self._lease.endpoint if self._lease is not None else self._endpoint  # where it stands now
@@ -67,7 +74,8 @@ class RolloutAttempts:
             endpoint, sampling_args=self._extra_args, upstream=self._upstream, lease=self._lease
         )
         self.routes.append(route)
-        return Attempt(row_with_route(self._row, route.key, self._gym_args), route)
+        row = self._row if not self.episode_attempt else {**self._row, ATTEMPT_INDEX_KEY: self.episode_attempt}
+        return Attempt(row_with_route(row, route.key, self._gym_args), route)
 
     def error(self, raised: RolloutError) -> RolloutError:
         """What failed the rollout: the last route's own error (an upstream failure the agent reported only as

@@ -4,16 +4,20 @@ and the choice of endpoint per rollout (the least-loaded live one among several 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._endpoint import Endpoint
 from ._exceptions import ConfigurationError
 from ._replicas import Lease, Replicas
 
 if TYPE_CHECKING:
+    from ._harness import NeMoGymHarness
     from ._result import RolloutResult
     from ._tasks import Task
+    from ._upstreams import Upstream
 
 EndpointChoice = Endpoint | Sequence[Endpoint] | Replicas | Callable[["Task"], Endpoint]
 
@@ -117,3 +121,40 @@ async def stream_rollouts(
             leftover.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+
+
+async def run_batch(
+    harness: NeMoGymHarness,
+    tasks: Iterable[Task],
+    endpoints: Endpoint | Sequence[Endpoint] | Replicas | Callable[[Task], Endpoint],
+    *,
+    concurrency: int,
+    sampling_args: dict[str, Any] | None,
+    timeout: float | None,
+    upstream: Upstream | None,
+) -> AsyncIterator[RolloutResult]:
+    """``NeMoGymHarness.run``: each task a ``harness.rollout`` on the endpoint its pick gives, ``concurrency`` at
+    once, results as they finish."""
+    check_concurrency(concurrency)
+    picker = EndpointPicker(endpoints)
+    harness.add_secrets(*(e.secret_key or "" for e in picker.known))  # before the stack starts: Gym never sees them
+    try:
+        await harness.astart()
+
+        async def run_one(task: Task) -> RolloutResult:
+            queued_at = time.monotonic()
+            pick = picker.acquire(task)
+            try:
+                assert pick.endpoint is not None
+                return await harness.rollout(
+                    task, pick.endpoint, sampling_args, timeout, upstream=upstream, _queued_at=queued_at,
+                    _lease=pick.lease,
+                )  # fmt: skip
+            finally:
+                pick.release()
+
+        async with contextlib.aclosing(stream_rollouts(tasks, run_one, concurrency)) as stream:
+            async for result in stream:
+                yield result
+    finally:
+        picker.close()

@@ -207,6 +207,14 @@ class GymServerDown(RolloutError):
     type = "gym_server_down"
 
 
+class GymEpisodeFailed(RolloutError):
+    """Gym said the episode failed (its ``_ng_failure_class``: an environment server's ``failure``, an agent's own
+    failure row): no rollout to score. ``terminal`` ones are never tried again; the others were tried as often as
+    Gym's collector tries them."""
+
+    type = "gym_episode_failed"
+
+
 class WorkerLost(RolloutError):
     """The worker running the rollout (a Ray actor, or its node) died, and no other worker could run it."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._attempts import RolloutAttempts
-from ._dispatch import EndpointPicker, check_concurrency, stream_rollouts
+from ._dispatch import run_batch
 from ._endpoint import Endpoint
 from ._exceptions import (
     ConfigurationError,
@@ -24,7 +24,7 @@ from ._exceptions import (
 )
 from ._gym import POLICY_MODEL, canonical_reference, merged_configs, server_instances
 from ._judge.router import JudgeRouter
-from ._replicas import Lease, Replicas
+from ._replicas import Lease, Replicas, ReplicaViews
 from ._result import RolloutResult
 from ._routing import PolicyCall, ProxyConfig, RoutingProxy, get_proxy
 from ._stack import GymStack, acquire_stack, release_stack
@@ -148,18 +148,17 @@ class NeMoGymHarness:
         """What this harness asks of its stack (runtime, venvs, step bound, Ray, timeouts)."""
         self._proxy_option = proxy
         self._owns_proxy = isinstance(proxy, ProxyConfig)
-        self._secrets = {s for s in secrets if s}
         self.agents = GymAgentClient(agent_urls=agent_urls, death_grace=death_grace)
         """The HTTP client of the stack's Gym agents (``/run``, retry once after a stack death)."""
         self.judges = JudgeRouter(self.env_name, judge)
         """The environment's judges: where each judge name's calls go, and the calls recorded."""
-        self._secrets |= self.judges.secrets()
+        self._secrets = {s for s in secrets if s} | self.judges.secrets()
         self._proxy: RoutingProxy | None = None
         self._stack: GymStack | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._external_reported = False
-        self._replica_views: dict[tuple[str, ...], Replicas] = {}
+        self._replica_views = ReplicaViews()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -192,9 +191,8 @@ class NeMoGymHarness:
                     self._external_reported = True
                     for reason in external:
                         logger.warning("Gym environment %s may need an external service: %s", self.env_name, reason)
-            if self._proxy is None:
-                self._proxy = _proxy_for(self._proxy_option)
-            if self._stack is None:
+                if self._proxy is None:
+                    self._proxy = _proxy_for(self._proxy_option)
                 launched, placeholders = self.judges.open(self._proxy, config_paths)
                 self._stack = acquire_stack(
                     self.options.stack_config(
@@ -208,10 +206,6 @@ class NeMoGymHarness:
     def add_secrets(self, *values: str) -> None:
         """Values (API keys) Gym processes must never see; applies to a stack not yet started."""
         self._secrets.update(v for v in values if v)
-
-    def _remember_key(self, endpoint: Endpoint) -> None:
-        if self._stack is None and endpoint.secret_key is not None:
-            self._secrets.add(endpoint.secret_key)
 
     def set_judge(self, judge: Endpoint | Mapping[str, Endpoint] | None) -> None:
         """Replace ``judge=`` (see the class docs); only before the stack starts."""
@@ -236,8 +230,7 @@ class NeMoGymHarness:
     @property
     def gym_version(self) -> str | None:
         """The nemo-gym release of the running stack's Gym runtime (None before it starts)."""
-        stack = self._stack
-        runtime = stack.runtime if stack is not None else None
+        runtime = self._stack.runtime if self._stack is not None else None
         return runtime.nemo_gym_version if runtime is not None else None
 
     @property
@@ -267,13 +260,11 @@ class NeMoGymHarness:
             self._stack = self._proxy = None
         self.judges.close()
         self.agents.close()
-        for view in self._replica_views.values():
-            view.close()
+        self._replica_views.close()
         if stack is not None:
             release_stack(stack)
-        if proxy is not None and self._owns_proxy:
+        if proxy is not None and self._owns_proxy:  # else it outlives this harness (the shared one lives until exit)
             proxy.stop()
-        # otherwise the proxy outlives this harness (the shared one lives until exit; yours is yours)
 
     async def aclose(self) -> None:
         """``close()`` from async code, after closing the HTTP session the agents' ``/run`` calls use."""
@@ -317,7 +308,7 @@ class NeMoGymHarness:
         harness keeps one health view per list); when ``endpoint`` does not connect or times out, the call and
         the rollout's later calls move to a live one (``result.failed_over`` names the ones left)."""
         if _lease is None and replicas is not None:
-            _lease = self._replica_view(replicas).acquire(prefer=endpoint)
+            _lease = self._replica_views.view(replicas).acquire(prefer=endpoint)
             try:
                 return await self.rollout(
                     task, endpoint, sampling_args, timeout, upstream=upstream, _queued_at=_queued_at, _lease=_lease
@@ -337,7 +328,7 @@ class NeMoGymHarness:
             prompt=list(task.prompt),
         )
         result.timing["queue_s"] = started - _queued_at if _queued_at is not None else 0.0
-        self._remember_key(endpoint)
+        self.add_secrets(endpoint.secret_key or "")  # before a first start: Gym never sees it
         try:
             await self._running_stack()
         except RolloutError as exc:
@@ -352,7 +343,7 @@ class NeMoGymHarness:
             run_started = time.monotonic()
             try:
                 gym_result = await asyncio.wait_for(
-                    self.agents.run(self._running_stack, result.agent, attempts.new), timeout=limit
+                    self.agents.run_episode(self._running_stack, result.agent, attempts), timeout=limit
                 )
             except TimeoutError:
                 result.error = RolloutTimeout(f"rollout did not finish within {limit:g}s")
@@ -366,17 +357,6 @@ class NeMoGymHarness:
         attempts.fill(result, gym_result)
         result.timing["total_s"] = time.monotonic() - (_queued_at or started)
         return result
-
-    def _replica_view(self, replicas: Replicas | Sequence[Endpoint]) -> Replicas:
-        """``replicas`` as a health view: a ``Replicas`` as it is; a list, this harness's view of that list."""
-        if isinstance(replicas, Replicas):
-            return replicas
-        key = tuple(e.label for e in replicas)
-        with self._lock:
-            view = self._replica_views.get(key)
-            if view is None:
-                view = self._replica_views[key] = Replicas(replicas)
-            return view
 
     async def _running_stack(self) -> GymStack:
         """The running stack, restarted if it died; a failed restart is the rollout's typed ``GymServerDown``."""
@@ -407,30 +387,13 @@ class NeMoGymHarness:
         the live one with the fewest rollouts in flight; a replica that does not connect leaves the rotation
         and its calls move to a live one, see ``Replicas``), or a function of the task.
         """
-        check_concurrency(concurrency)
-        picker = EndpointPicker(endpoints)
-        for endpoint in picker.known:
-            self._remember_key(endpoint)
-        try:
-            await self.astart()
-
-            async def run_one(task: Task) -> RolloutResult:
-                queued_at = time.monotonic()
-                pick = picker.acquire(task)
-                try:
-                    assert pick.endpoint is not None
-                    return await self.rollout(
-                        task, pick.endpoint, sampling_args, timeout, upstream=upstream, _queued_at=queued_at,
-                        _lease=pick.lease,
-                    )  # fmt: skip
-                finally:
-                    pick.release()
-
-            async with contextlib.aclosing(stream_rollouts(tasks, run_one, concurrency)) as stream:
-                async for result in stream:
-                    yield result
-        finally:
-            picker.close()
+        stream = run_batch(
+            self, tasks, endpoints, concurrency=concurrency, sampling_args=sampling_args, timeout=timeout,
+            upstream=upstream,
+        )  # fmt: skip
+        async with contextlib.aclosing(stream):
+            async for result in stream:
+                yield result
 
     def run_sync(
         self,

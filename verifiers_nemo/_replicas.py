@@ -334,3 +334,30 @@ class Lease:
         replica, self._replica = self._replica, None
         if replica is not None:
             self.replicas._release(replica)
+
+
+class ReplicaViews:
+    """One health view per list of replica endpoints a caller passes (keyed by their labels), so the same list given
+    to many rollouts shares what was learnt about it; a ``Replicas`` is its own view."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._views: dict[tuple[str, ...], Replicas] = {}
+
+    def view(self, replicas: Replicas | Iterable[Endpoint]) -> Replicas:
+        if isinstance(replicas, Replicas):
+            return replicas
+        endpoints = list(replicas)
+        key = tuple(e.label for e in endpoints)
+        with self._lock:
+            view = self._views.get(key)
+            if view is None:
+                view = self._views[key] = Replicas(endpoints)
+            return view
+
+    def close(self) -> None:
+        """Stop the probes of the views made here (not of a ``Replicas`` passed in)."""
+        with self._lock:
+            views, self._views = list(self._views.values()), {}
+        for view in views:
+            view.close()

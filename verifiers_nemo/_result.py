@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._exceptions import InvalidResult, RolloutError
+from ._exceptions import GymEpisodeFailed, InvalidResult, RolloutError
 from ._protocol import output_to_messages, sum_usage
 from ._routing import PolicyCall, strip_route
 
@@ -195,11 +195,47 @@ def map_gym_result(result: RolloutResult, gym_result: Any, route_key: str, model
     result.failure_reason = _text(gym_result.get("failure_reason"))
     if not result.usage.get("total_tokens") and isinstance(response, dict):
         result.usage = sum_usage([response.get("usage")])
+    failure = episode_failure(gym_result)
+    if failure is not None:
+        partial = gym_result.get("_ng_failure_partial_response")
+        if not result.completion and isinstance(partial, dict):
+            result.completion = output_to_messages(partial.get("output") or [])
+        result.error = failure
+        return
     try:
         result.reward = parse_reward(gym_result.get("reward"))
     except InvalidResult as exc:
         result.error = exc
         result.reward = None
+
+
+FAILURE_CLASS_KEY = "_ng_failure_class"
+FAILURE_TERMINAL_KEY = "_ng_failure_terminal"
+"""How nemo-gym (>= 0.7) marks a result that is a failure, not a rollout: an environment server's ``failure``
+(relayed as ``environment_server_failed``), an agent's or resources server's own failure row (Gym's collector files
+these apart, and tries non-terminal ones again)."""
+
+
+def episode_failure(gym_result: dict[str, Any]) -> GymEpisodeFailed | None:
+    """The failure a Gym result reports (``_ng_failure_class``), unless Gym scored it as a masked sample (a judge
+    that failed: ``mask_sample`` with its reward, counted apart, never an error)."""
+    kind = gym_result.get(FAILURE_CLASS_KEY)
+    if not kind or gym_result.get("mask_sample") is True:
+        return None
+    terminal = gym_result.get(FAILURE_TERMINAL_KEY) is True
+    stage = gym_result.get("_ng_failure_stage")
+    message = gym_result.get("_ng_failure_message") or gym_result.get("error") or "(no message)"
+    where = f" at {stage}" if stage else ""
+    return GymEpisodeFailed(f"{kind}{where}{' (terminal)' if terminal else ''}: {message}")
+
+
+def is_retryable_failure(gym_result: Any) -> bool:
+    """Whether Gym would try this result's episode again: a failure it did not mark terminal."""
+    return (
+        isinstance(gym_result, dict)
+        and episode_failure(gym_result) is not None
+        and not gym_result.get(FAILURE_TERMINAL_KEY)
+    )
 
 
 def _text(value: Any) -> str | None:

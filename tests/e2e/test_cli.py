@@ -423,6 +423,7 @@ async def test_envs_lists_the_catalogue_and_filters_runnable(tmp_path: Path) -> 
     assert all(row["ready"] and row["not_ready_because"] == [] for row in rows)
     assert table.splitlines()[0].split() == [
         "NAME",
+        "KIND",
         "AGENT",
         "DATASETS",
         "EXTRA",

@@ -32,6 +32,11 @@ RUN_LINE = '"POST /run HTTP/1.1" 200'
 
 @pytest.fixture(scope="module")
 def gym07() -> str:
+    return gym07_runtime()
+
+
+def gym07_runtime() -> str:
+    """The suite's nemo-gym 0.7 runtime's interpreter (a skip when the tier is switched off)."""
     if os.environ.get("VERIFIERS_NEMO_GYM07") == "0":
         pytest.skip("VERIFIERS_NEMO_GYM07=0: the nemo-gym 0.7 tier is switched off")
     if not GYM07_PYTHON.exists():
@@ -80,6 +85,10 @@ def test_rollouts_go_through_the_environment_server_in_front_of_the_agent(gym07:
     assert "deprecated" not in log.lower(), [line for line in log.splitlines() if "deprecated" in line.lower()]
 
 
+AALCR = "resources_servers/aalcr"
+"""The resources server (on 0.7 the short name is Gym's benchmark, which ships no recordings)."""
+
+
 @pytest.mark.parametrize("where", ["here", "on a Ray actor"])
 async def test_a_judge_that_cannot_be_reached_masks_every_row_and_nothing_is_called_an_error(
     gym07: str, tmp_path: Path, closed_port: int, where: str
@@ -88,7 +97,7 @@ async def test_a_judge_that_cannot_be_reached_masks_every_row_and_nothing_is_cal
     counts them apart: no reward average, no pass@k, no error; each row keeps Gym's reward and failure. The same
     rows come back from a stack on a Ray actor (a cluster started for the run)."""
     judge = f"http://127.0.0.1:{closed_port}/v1"
-    argv = [str(CLI), "eval", "aalcr", "-n", "3", "--judge-base-url", judge, "--judge-model", "j", "-o", "out"]
+    argv = [str(CLI), "eval", AALCR, "-n", "3", "--judge-base-url", judge, "--judge-model", "j", "-o", "out"]
     if where == "on a Ray actor":
         argv += ["--ray", "--workers", "1"]
     code, output = await _run(argv, tmp_path, {"VERIFIERS_NEMO_GYM_PYTHON": gym07})
@@ -115,13 +124,13 @@ async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_p
     if not VF_PYTHON.exists():
         pytest.fail(f"{VF_PYTHON} is missing: `bash .ci/setup-tests` builds the verifiers venv")
     env = {"VERIFIERS_NEMO_GYM_PYTHON": gym07}
-    async with replay_server(VF_PYTHON, "aalcr", tmp_path, env) as base_url:
+    async with replay_server(VF_PYTHON, AALCR, tmp_path, env) as base_url:
         code, output, episodes = await vf_eval(
             VF_PYTHON,
             tmp_path,
             base_url,
             "--env.taskset.nemo-env",
-            "aalcr",
+            AALCR,
             "--env.taskset.recorded",
             "true",
             "--env.taskset.limit",
@@ -159,7 +168,7 @@ def test_the_docs_python_replay_recipe_reproduces_every_recorded_reward_on_0_7(
     assert done["tasks"].gym_root == _root(gym07)
 
 
-TWO_RELEASES_ENV = "example_single_tool_call"
+TWO_RELEASES_ENV = "resources_servers/example_single_tool_call"  # on 0.7 the short name is Gym's environment
 """Its packaged recordings differ between releases: 0.7.0 recorded reward 0.0 on rows 0 and 1 where 0.4.0 recorded
 1.0 (same inputs), so a taskset that read the other release's rows reproduces 3 of 5 rewards, not 5."""
 
@@ -219,18 +228,21 @@ def test_replay_on_0_7_reproduces_every_offline_environment_whose_recordings_can
     from verifiers_nemo._replay import unreproducible_reason
 
     root = _root(gym07)
-    offline = [e.name for e in list_environments(root) if e.runs_offline_with_nemo_gym_only]
-    runnable = sorted(name for name in offline if unreproducible_reason(name, gym_version="0.7.0") is None)
-    assert set(runnable) == REPRODUCIBLE_07
-    assert {"spartqa", "wordle"} <= {e.name for e in list_environments(root) if e.broken}
+    servers = [e for e in list_environments(root) if e.kind == "resources server"]  # Gym's environments: their tests
+    offline = [e for e in servers if e.runs_offline_with_nemo_gym_only]
+    runnable = sorted(e.ref for e in offline if unreproducible_reason(e.ref, gym_version="0.7.0") is None)
+    assert {ref.removeprefix("resources_servers/") for ref in runnable} == REPRODUCIBLE_07
+    assert {"spartqa", "wordle"} <= {e.name for e in servers if e.broken}
     assert unreproducible_reason("equivalence_rule", 2, "0.7.0") is None
     assert unreproducible_reason("equivalence_rule", 2, "0.4.0") is not None
 
-    assert set(JUDGED_07) <= {e.name for e in list_environments(root) if e.needs_judge and e.has_example_rollouts}
+    judged = {e.name: e.ref for e in servers if e.needs_judge and e.has_example_rollouts}
+    assert set(JUDGED_07) <= set(judged)
+    refs = [judged[name] for name in JUDGED_07] + runnable  # `xstest` on 0.7 is the benchmark: the server explicitly
 
-    replayed = _replay_all(_batches([*JUDGED_07, *runnable], root), gym07)
-    for name in [*JUDGED_07, *runnable]:
-        _check_rows(name, replayed, "0.7.0")
+    replayed = _replay_all(_batches(refs, root), gym07)
+    for ref in refs:
+        _check_rows(ref, replayed, "0.7.0")
 
 
 def _root(gym_python: str) -> Path:

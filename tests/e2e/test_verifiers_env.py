@@ -144,7 +144,7 @@ async def replay_server(
     vf_python: Path, nemo_env: str, tmp_path: Path, extra_env: dict[str, str] | None = None
 ) -> AsyncIterator[str]:
     """`verifiers-nemo replay-server ENV` from the verifiers venv, as a user starts it; yields its base URL."""
-    port_file = tmp_path / f"replay-{nemo_env}.url"
+    port_file = tmp_path / f"replay-{nemo_env.replace('/', '--')}.url"
     server = await asyncio.create_subprocess_exec(
         str(vf_python.parent / "verifiers-nemo"),
         "replay-server",

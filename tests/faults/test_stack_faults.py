@@ -1,7 +1,7 @@
 """A Gym agent process SIGKILLed mid-batch: a /run the dead agent dropped is resubmitted once after the
 restart, on a fresh route (one attempt per trace), or fails as gym_server_down; no rollout is lost
 or counted twice, the stack restarts and later rollouts succeed. (The resources-server variant is
-tests/e2e/test_harness.py::test_killed_gym_server_fails_in_flight_rollouts_then_the_stack_restarts.)"""
+tests/e2e/test_harness.py::test_a_gym_server_killed_mid_batch_loses_no_rollout_and_the_stack_restarts.)"""
 
 from __future__ import annotations
 

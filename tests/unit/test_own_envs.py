@@ -112,10 +112,10 @@ def test_a_gym_root_lists_its_environments_first_and_shadows_packaged_names(
     assert canonical_reference("example_multi_step") == "example_multi_step"
 
 
-def test_a_gym_root_without_resources_servers_is_refused(tmp_path: Path, no_gym_root: pytest.MonkeyPatch) -> None:
+def test_a_gym_root_with_no_tree_of_any_kind_is_refused(tmp_path: Path, no_gym_root: pytest.MonkeyPatch) -> None:
     no_gym_root.setenv(GYM_ROOT_VAR, str(tmp_path))
 
-    with pytest.raises(ConfigurationError, match="holds no resources_servers/"):
+    with pytest.raises(ConfigurationError, match="holds none of resources_servers, environments, benchmarks"):
         list_environments()
 
 

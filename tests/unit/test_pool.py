@@ -25,6 +25,7 @@ from verifiers_nemo._cli.settings import new_settings
 from verifiers_nemo._dispatch import EndpointPicker, stream_rollouts
 from verifiers_nemo._eval import format_summary, run_metadata
 from verifiers_nemo._eval.settings import MIX_STRIDE
+from verifiers_nemo._scale.worker import RolloutCall
 
 
 def task(index: int, env: str | None = "a", rollout: int = 0) -> Task:
@@ -115,9 +116,8 @@ class FakeWorker:
         self.started_with = (list(secrets), replay_tasks)
         return {"env": self.env, "judges": {"judge_model": "a judge"}}
 
-    async def rollout(
-        self, t: Task, ep: Endpoint | None, sampling_args: Any, timeout: Any, replicas: Any = None
-    ) -> RolloutResult:
+    async def rollout(self, call: RolloutCall) -> RolloutResult:
+        t, ep = call.task, call.endpoint
         self.calls.append(t.task_index)
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
@@ -242,6 +242,8 @@ def test_results_and_their_typed_errors_cross_process_boundaries() -> None:
     back = pickle.loads(pickle.dumps(result))
     assert isinstance(back.error, GymServerDown) and back.error.to_dict() == result.error.to_dict()
     assert pickle.loads(pickle.dumps(endpoint("x"))) == endpoint("x")
+    call = RolloutCall(task(0), endpoint("x"), {"temperature": 0.5}, 30.0, (endpoint("x"), endpoint("y")))
+    assert pickle.loads(pickle.dumps(call)) == call  # what the pool sends an actor
 
 
 # -- the CLI -----------------------------------------------------------------------------------------
@@ -346,11 +348,10 @@ class MovingWorker(FakeWorker):
         super().__init__(env, name, delay=0.0)
         self.given: list[tuple[str | None, Any]] = []
 
-    async def rollout(
-        self, t: Task, ep: Endpoint | None, sampling_args: Any, timeout: Any, replicas: Any = None
-    ) -> RolloutResult:
-        self.given.append((ep.name if ep is not None else None, replicas))
-        result = await super().rollout(t, ep, sampling_args, timeout)
+    async def rollout(self, call: RolloutCall) -> RolloutResult:
+        ep = call.endpoint
+        self.given.append((ep.name if ep is not None else None, call.replicas))
+        result = await super().rollout(call)
         if ep is not None and ep.name == "a":
             result.failed_over, result.endpoint = [ep.label], "b"
         return result

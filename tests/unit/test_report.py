@@ -448,3 +448,12 @@ def test_titles_sit_below_the_toolbar_row() -> None:
     title, margin = figure["layout"]["title"], figure["layout"]["margin"]
     assert (title["yref"], title["y"], title["yanchor"]) == ("paper", 1, "bottom"), "just above the plot area"
     assert margin["t"] - title["pad"]["b"] - title["font"]["size"] >= 30, "the toolbar's row (~30 px) stays free"
+
+
+def test_the_environment_s_own_metrics_are_run_facts_named_alike_and_a_failed_ask_says_why() -> None:
+    from verifiers_nemo._report.runs import gym_metric_entries
+
+    one = {"aime25": {"simple_agent": {"key_metrics": {"pass@1[avg-of-4]": 0.75, "majority@4": 0.75}}}}
+    assert gym_metric_entries(one) == {"Gym pass@1[avg-of-4]": 0.75, "Gym majority@4": 0.75}
+    two = {"a": {"x": {"key_metrics": {"pass@1": 1.0}}}, "b": {"y": {"error": "HTTP 404"}}}
+    assert gym_metric_entries(two) == {"Gym pass@1 (a, x)": 1.0, "Gym metrics (b, y)": "not available: HTTP 404"}

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from verifiers_nemo import ConfigurationError, InvalidResult, NeMoGymHarness, RolloutResult
+from verifiers_nemo import ConfigurationError, GymEpisodeFailed, InvalidResult, NeMoGymHarness, RolloutResult
 from verifiers_nemo._harness import split_sampling_args
 from verifiers_nemo._protocol import output_to_messages, sum_usage
-from verifiers_nemo._result import extract_metrics, map_gym_result, parse_reward
+from verifiers_nemo._result import extract_metrics, is_retryable_failure, map_gym_result, parse_reward
 from verifiers_nemo._routing import ROUTE_METADATA_KEY, strip_route
 
 
@@ -59,6 +59,32 @@ def test_a_failure_kind_is_kept_when_the_sample_is_not_masked() -> None:
     result = RolloutResult(task_index=0, rollout_index=0)
     map_gym_result(result, {"reward": 1.0, "failure_kind": "partial_tool_error"}, "vnr-key", "m")
     assert result.scored and not result.masked and result.to_dict()["failure_kind"] == "partial_tool_error"
+
+
+def test_an_episode_gym_reports_failed_is_an_error_row_with_its_partial_completion_never_a_reward() -> None:
+    result = RolloutResult(task_index=0, rollout_index=0)
+    gym_result = {
+        "reward": 0.0,
+        "_ng_failure_class": "environment_server_failed",
+        "_ng_failure_stage": "step",
+        "_ng_failure_message": "sandbox lost",
+        "_ng_failure_partial_response": {"output": [{"type": "message", "role": "assistant", "content": "half"}]},
+    }
+    map_gym_result(result, gym_result, "vnr-key", "m")
+
+    assert isinstance(result.error, GymEpisodeFailed) and result.reward is None and not result.scored
+    assert "environment_server_failed at step: sandbox lost" in str(result.error)
+    assert result.completion == [{"role": "assistant", "content": "half"}]
+    assert result.to_dict()["error"]["type"] == "gym_episode_failed"
+    assert is_retryable_failure(gym_result)
+    assert not is_retryable_failure({**gym_result, "_ng_failure_terminal": True})
+
+
+def test_a_masked_sample_with_a_failure_class_is_scored_as_gym_masks_it_not_an_error() -> None:
+    result = RolloutResult(task_index=0, rollout_index=0)
+    gym_result = {"reward": 0.0, "mask_sample": True, "_ng_failure_class": "judge_failed", "response": {"output": []}}
+    map_gym_result(result, gym_result, "vnr-key", "m")
+    assert result.error is None and result.masked and not is_retryable_failure(gym_result)
 
 
 def test_output_becomes_chat_messages_with_tool_calls_results_and_reasoning_apart() -> None:

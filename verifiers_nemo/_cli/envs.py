@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,13 @@ def cmd_envs(args: argparse.Namespace) -> int:
         version = installed_version(root)
         total = len(environments)
         runnable_count = sum(e.runs_offline_with_nemo_gym_only for e in environments)
+        kinds = Counter(e.kind for e in environments)
+        if args.kind:
+            environments = [e for e in environments if e.kind == args.kind.replace("-", " ")]
         if args.filter and is_path_reference(args.filter):  # a folder of yours: that one, read as eval reads it
             environments = [get_environment(args.filter, root)]
         elif args.filter:
-            environments = [e for e in environments if args.filter.lower() in e.name.lower()]
+            environments = [e for e in environments if args.filter.lower() in e.ref.lower()]
         if args.runnable:
             environments = [e for e in environments if e.runs_offline_with_nemo_gym_only]
         if args.recorded:
@@ -41,6 +45,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
         return EXIT_OK
     columns = [  # title, key, widest it may get
         ("NAME", "name", 40),
+        ("KIND", "kind", 16),
         ("AGENT", "agent", 22),
         ("DATASETS", "datasets", 28),
         ("EXTRA DEPS", "extra_deps", 28),
@@ -59,7 +64,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
     ready = sum(row["ready"] for row in rows)
     print(
         f"\nnemo-gym {version or '(version unknown)'} · "
-        f"{len(rows)} shown of {total} environments, {ready} of them ready here ({PROG} envs --json for all "
+        f"{len(rows)} shown of {total} ({_kind_counts(kinds)}), {ready} of them ready here ({PROG} envs --json for all "
         f"details); {runnable_count} need nothing beyond nemo-gym (--runnable).\n"
         "* not shipped: nemo-gym downloads it. NEEDS: judge: NAME = scores with that model server (--judge "
         "NAME=URL,MODEL; policy_model: the policy grades itself); external = a service, credential or download.\n"
@@ -70,6 +75,12 @@ def cmd_envs(args: argparse.Namespace) -> int:
         f"Run one: {PROG} eval NAME (replays its recorded rollouts; add -b URL -m MODEL for a model)"
     )
     return EXIT_OK
+
+
+def _kind_counts(kinds: Counter[str]) -> str:
+    """``48 environments, 184 benchmarks, 145 resources servers`` (the kinds a release has)."""
+    order = ("environment", "benchmark", "resources server")
+    return ", ".join(f"{kinds[k]} {k}{'s' if kinds[k] != 1 else ''}" for k in order if kinds[k])
 
 
 def _requirement_states(environments: Sequence[Any]) -> dict[Path, str]:
@@ -114,6 +125,8 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         blockers.append("cannot start (see --json)")
     if agent is None:
         blockers.append("no agent")
+    if env.benchmark is not None and not env.search.find(env.benchmark.jsonl_fpath).is_file():
+        blockers.append(f"its data ({PROG} prepare {env.ref})")
     judges = [j for j in env.judge_models if j != POLICY_MODEL]
     if judges:
         blockers.append("a judge endpoint")
@@ -131,8 +144,14 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
     else:
         ready_cell = "no: " + ", ".join(blockers)
     return {
-        "name": env.name,
+        "name": env.ref if env.reference else env.name,
         "ref": env.ref,
+        "kind": env.kind,
+        "deprecated_alias_of": env.alias_of,
+        "num_repeats": env.benchmark.num_repeats if env.benchmark else None,
+        "prompt_config": env.benchmark.prompt_config if env.benchmark else None,
+        "prepare_script": env.benchmark.prepare_script if env.benchmark else None,
+        "description": env.description,
         "source": env.source,
         "agent": agent.type if agent else None,
         "datasets": _dataset_names(env.datasets),

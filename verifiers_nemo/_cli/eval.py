@@ -25,6 +25,7 @@ from .token_warnings import TokenBreakWarnings
 
 if TYPE_CHECKING:
     from .._eval import DoneRollouts, EvalSettings, Evaluation, ResultsFolder, RunTally
+    from .._gym import GymEnvironment
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -60,6 +61,7 @@ def _check_environment(settings: EvalSettings) -> None:
     written)."""
     from .._gym import get_environment
     from .._replay import unreproducible_reason
+    from .._tasks.benchmark_rows import benchmark_data
 
     for name in settings.env_names:
         env = get_environment(name)
@@ -67,14 +69,35 @@ def _check_environment(settings: EvalSettings) -> None:
         if settings.policy == "replay" and not env.has_example_rollouts and not own_recordings:
             raise ConfigurationError(
                 f"{env.name} has no recorded rollouts to replay ({env.example_rollouts_path} is missing or "
-                "empty); evaluate a model with -b URL -m MODEL instead."
+                f"empty); evaluate a model with -b URL -m MODEL instead{_recorded_server_hint(env)}."
             )
+        needs_prepared_rows = env.benchmark is not None and not own_recordings and "dataset" not in settings.env_args
+        if needs_prepared_rows and settings.policy != "replay":
+            benchmark_data(env)  # its rows prepared, or how to prepare them: before the endpoint is asked
         reason = None if env.local else unreproducible_reason(env.name)
         if settings.policy == "replay" and reason and not own_recordings:
             raise ConfigurationError(
                 f"{env.name}'s recorded rollouts cannot be replayed: {reason} (marked † in `{PROG} envs`). "
                 "Evaluate a model on it instead: -b URL -m MODEL."
             )
+
+
+def _recorded_server_hint(env: GymEnvironment) -> str:
+    """For one of nemo-gym 0.7's environments or benchmarks, the resources server of its name, when that one ships
+    recordings (0.7 gave the short name to the environment)."""
+    from .._gym import get_environment
+    from .._gym.catalogue.gym_listing import RESOURCES_SERVER
+    from .._gym.config import RESOURCES_SERVERS
+
+    if env.kind == RESOURCES_SERVER:
+        return ""
+    try:
+        server = get_environment(f"{RESOURCES_SERVERS}/{env.name}")
+    except VerifiersNemoError:
+        return ""
+    if not server.has_example_rollouts:
+        return ""
+    return f", or replay the resources server of that name, which ships them: {PROG} eval {server.ref}"
 
 
 def _run_eval(
@@ -322,6 +345,7 @@ async def _execute(
     assert main_task is not None
     interrupt.attach(main_task)
     failure: str | None = None
+    gym_metrics: dict[str, Any] = {}
     try:
         if previous >= expected:
             say(f"All {previous} rollouts are already done; nothing to run.")
@@ -335,6 +359,8 @@ async def _execute(
                 tally.add(record)
                 if breaks is not None:
                     breaks.check(record)
+            if tally.gym:  # the environment's own metrics of every rollout of the run, from its running stack
+                gym_metrics = await evaluation.gym_metrics(tally.gym)
     except asyncio.CancelledError:
         if not interrupt.cancelled:
             raise
@@ -363,6 +389,8 @@ async def _execute(
     if outages:
         session["replica_outages"] = outages
     metadata = run_metadata(metadata, settings, folder, expected, tally, sessions)
+    if gym_metrics:
+        metadata["summary"]["gym_metrics"] = gym_metrics
     missing = metadata["counts"]["missing"]
     received = interrupt.first_signal
     status = "interrupted" if received else "failed" if failure else "finished" if not missing else "incomplete"

@@ -90,8 +90,14 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
         ),
     ),
     "envs": (
-        "list the packaged Gym environments and what they need",
-        "List the NeMo Gym environments packaged with nemo-gym and what running each needs.",
+        "list the Gym environments, benchmarks and resources servers, and what they need",
+        (
+            "List what nemo-gym ships and your trees hold, by kind: on nemo-gym 0.7, its environments "
+            "(environments/NAME) and benchmarks (benchmarks/NAME[/VARIANT]) as Gym's own catalogue lists them, then "
+            "the resources-server configs (every release); a resources server whose name an environment or "
+            "benchmark claims is shown as resources_servers/NAME, the name that runs it. And what running each "
+            "needs."
+        ),
     ),
     "prepare": (
         "install what environments need before their first run (extra packages, the Gym runtime)",
@@ -483,6 +489,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     en.add_argument(
         "--recorded", action="store_true", help="only environments with recorded rollouts (what the replay policy runs)"
+    )
+    en.add_argument(
+        "--kind",
+        choices=("environment", "benchmark", "resources-server"),
+        help="only entries of this kind: nemo-gym 0.7's environments (environments/NAME) and benchmarks "
+        "(benchmarks/NAME), or resources-server configs (every release)",
     )
     en.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _gym_root_option(en)

@@ -13,7 +13,7 @@ from .._exceptions import ConfigurationError, MissingRequirementsError, Verifier
 from .console import EXIT_FAILED, EXIT_OK, fail, say
 
 if TYPE_CHECKING:
-    from .._gym import GymRuntime
+    from .._gym import GymEnvironment, GymRuntime
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -44,10 +44,33 @@ def cmd_prepare(args: argparse.Namespace) -> int:
             failed += 1
             say(f"{env.name}: cannot be prepared: {exc.describe('run it with -a \'{"isolated_venvs": true}\'')}")
             continue
+        if env.benchmark is not None and not _prepare_benchmark_data(env):
+            failed += 1
+            continue
         what = f"extra packages in {len(venvs)} server environment{'s' if len(venvs) != 1 else ''}"
         say(f"{env.name}: ready ({what if venvs else 'nothing to install'}; {time.monotonic() - started:.1f}s)")
     _prepare_warm_start(runtime)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _prepare_benchmark_data(env: GymEnvironment) -> bool:
+    """A benchmark's rows, written by its own prepare script when they are not there yet; False when it failed."""
+    from .._exceptions import TasksetError
+    from .._tasks.benchmark_rows import benchmark_data, prepare_benchmark
+
+    try:
+        say(f"{env.name}: data at {benchmark_data(env)}")
+        return True
+    except TasksetError:
+        pass
+    script = env.benchmark.prepare_script if env.benchmark else None
+    say(f"{env.name}: preparing its data with {script} (it downloads them, as gym eval prepare does)…")
+    try:
+        say(f"{env.name}: data written to {prepare_benchmark(env)}")
+    except TasksetError as exc:
+        say(f"{env.name}: cannot be prepared: {exc}")
+        return False
+    return True
 
 
 def _prepare_warm_start(runtime: GymRuntime) -> None:

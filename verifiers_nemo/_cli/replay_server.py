@@ -20,4 +20,7 @@ def cmd_replay_server(args: argparse.Namespace) -> int:
         upstream = replay_server(args.env, jsonl_path=args.jsonl_path)
     except VerifiersNemoError as exc:
         return fail(str(exc))
-    return serve_forever(upstream, nemo_env=args.env, port_file=args.port_file)
+    try:
+        return serve_forever(upstream, nemo_env=args.env, port_file=args.port_file)
+    except VerifiersNemoError as exc:
+        return fail(str(exc))

@@ -98,7 +98,7 @@ def given_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def new_settings(args: argparse.Namespace) -> EvalSettings:
     """Settings of a fresh run from the flags (raises ConfigurationError on a bad combination)."""
-    from .._eval import ENV_PACKAGE, REPLAY_MODEL, EvalSettings, resolve_nemo_env
+    from .._eval import ENV_PACKAGE, REPLAY_MODEL, EvalSettings, benchmark_repeats, resolve_nemo_env
 
     given = given_fields(args)
     if not given.get("env"):
@@ -128,6 +128,8 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
     if given["env"] not in (ENV_PACKAGE, ENV_PACKAGE.replace("-", "_")):
         given["env"] = given["nemo_env"]  # a folder of yours by its absolute path: a resume elsewhere finds it
     given["model"] = REPLAY_MODEL if policy == "replay" else given.get("model", "")
+    if "rollouts_per_example" not in given and (repeats := benchmark_repeats(given["nemo_env"])):
+        given["rollouts_per_example"] = repeats  # Gym's own default for its benchmarks (num_repeats); -r overrides
     return EvalSettings(**given)
 
 

@@ -20,7 +20,15 @@ from .results import (
     read_resume_state,
 )
 from .run import Evaluation, RunObserver
-from .settings import ENV_PACKAGE, REPLAY_MODEL, RUN_DEFINING, EvalSettings, check_env_args, resolve_nemo_env
+from .settings import (
+    ENV_PACKAGE,
+    REPLAY_MODEL,
+    RUN_DEFINING,
+    EvalSettings,
+    benchmark_repeats,
+    check_env_args,
+    resolve_nemo_env,
+)
 from .stats import summarize
 from .tally import RunTally
 
@@ -48,6 +56,7 @@ __all__ = [
     "read_results",
     "read_resume_state",
     "resolve_api_key",
+    "benchmark_repeats",
     "resolve_nemo_env",
     "run_metadata",
     "check_same_release",

@@ -64,6 +64,9 @@ def run_metadata(
     order = ("rollouts", "reward", "reward_by_rollout_index", "pass_threshold", "pass_at_k", "pass_power_k")
     order += ("pass_k_examples", "metrics", "errors_by_type", "error_examples", "masked_by_kind", "masked_examples")
     order += ("usage", "latency", "timing", "replay", "by_env", "judges", "replicas", "token_ids", "training")
+    if (base.get("summary") or {}).get("gym_metrics"):  # asked of a stack at the end of a session: kept till the next
+        summary["gym_metrics"] = base["summary"]["gym_metrics"]
+    order += ("gym_metrics",)
     summary = {key: summary[key] for key in order if key in summary}
     return {
         "run_id": folder.run_id if folder else None,

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._training.policy_versions import describe as describe_versions
+from .gym_metrics import key_metric_lines
 from .token_ids import describe_token_ids
 
 
@@ -95,6 +96,10 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
         row("", f"correct = reward >= {s['pass_threshold']:g}{note}")
     if s["metrics"]:
         row("Metrics", _wrap([f"{k} {fmt(v)}" for k, v in s["metrics"].items()], 13))
+    for position, line in enumerate(key_metric_lines(s.get("gym_metrics") or {})):
+        row("Gym metrics" if position == 0 else "", line)
+    if s.get("gym_metrics"):
+        row("", "the environment's own /aggregate_metrics, as gym eval run reports it (all: metadata.json)")
     errors = s["errors_by_type"]
     row("Errors", ", ".join(f"{k}: {v}" for k, v in errors.items()) if errors else "none")
     for kind, message in s.get("error_examples", {}).items():

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._exceptions import ConfigurationError
+from .gym_metrics import VERIFY_KEY, GymMetricsTally, ask_gym_metrics, verify_entry
 from .results import ExpectedRollouts
 from .settings import MIX_STRIDE, EvalSettings, check_env_args
 from .tasks import EnvRows, RunTasks
@@ -328,6 +329,21 @@ class Evaluation:
             self.timing.rollouts_s = time.monotonic() - started
             self._count_judge_calls()
 
+    async def gym_metrics(self, tally: GymMetricsTally) -> dict[str, Any]:
+        """Gym's own metrics of the run's verify responses, asked of this process's stacks (``gym_metrics``); empty
+        when the rollouts ran elsewhere (Ray actors, verifiers' training client) or no stack is running."""
+        if self.pool is not None or self.training is not None:
+            return {}
+        urls = {}
+        for env in self.envs:
+            harness = env.harness
+            if not harness.started:
+                continue
+            for env_name, agent in tally.entries:
+                if env_name == harness.env_name:
+                    urls[(env_name, agent)] = harness.stack.run_url(agent).removesuffix("/run") + "/aggregate_metrics"
+        return await ask_gym_metrics(urls, tally) if urls else {}
+
     def replica_outages(self) -> list[dict[str, Any]]:
         """This session's outages of the ``-b`` replicas (which, when, how long, why), in the order they began."""
         return [outage.to_dict() for outage in self.replicas.outages()] if self.replicas is not None else []
@@ -355,6 +371,8 @@ class Evaluation:
         token_ids = rollout_token_ids(result.trace)
         if token_ids is not None:
             record["token_ids"] = token_ids
+        if isinstance(result.gym_result, dict) and result.error is None:  # what Gym's /aggregate_metrics takes
+            record[VERIFY_KEY] = verify_entry(result.gym_result, result.task_index, result.rollout_index)
         if result.task_index in self.recorded_rewards:
             record["recorded_reward"] = self.recorded_rewards[result.task_index]
         return record

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from .._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError, UnknownEnvironmentError
 
 Policy = Literal["replay", "endpoint"]
 
@@ -141,6 +141,22 @@ def check_env_args(env_args: Mapping[str, Any]) -> None:
             raise ConfigurationError(
                 f"-a: unknown environment arg {key!r}{hint}. Accepted: {', '.join(sorted(accepted))}."
             )
+
+
+def benchmark_repeats(nemo_env: str) -> int | None:
+    """The rollouts per example Gym runs the benchmarks among ``nemo_env`` with (their ``num_repeats``; the largest
+    when a mix names several), None when it names none."""
+    from .._gym import get_environment
+
+    repeats = []
+    for name in nemo_env.split(","):
+        try:
+            env = get_environment(name)
+        except UnknownEnvironmentError:  # the run itself says so, with its closest names
+            continue
+        if env.benchmark is not None:
+            repeats.append(env.benchmark.num_repeats)
+    return max(repeats) if repeats else None
 
 
 def resolve_nemo_env(env: str, env_args: Mapping[str, Any]) -> str:

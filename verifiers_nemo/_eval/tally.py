@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .gym_metrics import GymMetricsTally
 from .stats import ReplayTally, SummaryTally
 from .token_ids import TokenIdsTally
 from .training import TrainingTally
@@ -44,6 +45,8 @@ class RunTally:
         )
         self.token_ids = TokenIdsTally(exact_tokens=settings.exact_tokens)
         self.training = TrainingTally()
+        self.gym = GymMetricsTally()
+        """The verify responses Gym's ``/aggregate_metrics`` is asked about at the end."""
 
     @classmethod
     def of(cls, records: Iterable[Mapping[str, Any]], settings: EvalSettings) -> RunTally:
@@ -69,6 +72,7 @@ class RunTally:
             own_replay.add(record)
         self.token_ids.add(record)
         self.training.add(record)
+        self.gym.add(record)
 
     def summary(self) -> dict[str, Any]:
         """The summary of ``metadata.json`` without its timing and judges (``replay``, ``by_env``, ``token_ids``

@@ -33,6 +33,16 @@ PROJECT_FILES = ("requirements.txt", "pyproject.toml")
 """Gym starts a server from a folder under the working directory only when it holds one of these."""
 
 
+TREE_FOLDERS = (RESOURCES_SERVERS, "environments", "benchmarks")
+"""What makes a folder a tree of environments: resources servers (every release), nemo-gym 0.7's environments and
+benchmarks."""
+
+
+def is_tree_root(folder: Path) -> bool:
+    """Whether ``folder`` holds ``resources_servers/``, ``environments/`` or ``benchmarks/``."""
+    return any((folder / sub).is_dir() for sub in TREE_FOLDERS)
+
+
 def gym_roots_from_env(environ: os._Environ[str] | dict[str, str] | None = None) -> tuple[Path, ...]:
     """The user's environment trees: ``VERIFIERS_NEMO_GYM_ROOT`` (each must hold ``resources_servers/``), then
     the working directory when it holds one (as Gym itself searches it first)."""
@@ -44,14 +54,15 @@ def gym_roots_from_env(environ: os._Environ[str] | dict[str, str] | None = None)
         if not item.strip():
             continue
         root = Path(item).expanduser().resolve()
-        if not (root / RESOURCES_SERVERS).is_dir():
+        if not is_tree_root(root):
             raise ConfigurationError(
-                f"{GYM_ROOT_VAR} (or --gym-root) names {root}, which holds no {RESOURCES_SERVERS}/ folder. Fix: "
-                f"name the folder that holds {RESOURCES_SERVERS}/<env>/ (a Gym clone, or your project's root)."
+                f"{GYM_ROOT_VAR} (or --gym-root) names {root}, which holds none of {', '.join(TREE_FOLDERS)}. "
+                f"Fix: name the folder that holds {RESOURCES_SERVERS}/<env>/ (or nemo-gym 0.7's environments/<env>/, "
+                "benchmarks/<name>/): a Gym clone, or your project's root."
             )
         roots.append(root)
     cwd = Path.cwd().resolve()
-    if (cwd / RESOURCES_SERVERS).is_dir() and cwd not in roots:
+    if is_tree_root(cwd) and cwd not in roots:
         roots.append(cwd)
     return tuple(dict.fromkeys(roots))
 

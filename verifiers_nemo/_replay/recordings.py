@@ -133,7 +133,9 @@ RELEASE_DIFFERENCES: dict[str, dict[str, str | None]] = {
 
 def unreproducible_reason(env: str, row: int | None = None, gym_version: str | None = None) -> str | None:
     """Why ``env`` (or one recorded row of it) cannot be replayed on nemo-gym ``gym_version`` (default: the
-    Gym runtime's), if it is known not to."""
+    Gym runtime's), if it is known not to. (A resources server named explicitly, ``resources_servers/NAME``, is
+    known by its name.)"""
+    env = env.removeprefix("resources_servers/")
     keys = [env] if row is None else [f"{env}#{row}", env]
     differences = RELEASE_DIFFERENCES.get(series_of(gym_version or _runtime_version()) or "", {})
     tables = (KNOWN_UNREPRODUCIBLE, JUDGE_UNREPRODUCIBLE, PACKAGES_UNREPRODUCIBLE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from .._exceptions import ConfigurationError
 from .._signals import capture_signals
 from .._tasks import NeMoGymTaskset
 from .recordings import REPLAY_MODEL
@@ -39,10 +40,23 @@ def serve_forever(server: ReplayServer, *, nemo_env: str | None = None, port_fil
             f"--env.taskset.nemo-env {nemo_env or 'ENV --env.taskset.jsonl-path FILE'}",
             flush=True,
         )
-        if port_file:
-            Path(port_file).write_text(base_url)
         try:
+            if port_file:
+                _write_port_file(Path(port_file), base_url)
             stopped.wait()
         finally:
             server.stop()
     return 0
+
+
+def _write_port_file(path: Path, base_url: str) -> None:
+    """The base URL in ``path`` (its folder made), whole or not at all: a reader polling for it never sees half."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(base_url)
+        partial.replace(path)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--port-file {path}: cannot write it ({exc.strerror}). Fix: name a file in a folder you can write."
+        ) from None

@@ -181,6 +181,7 @@ def _load_results(folder: Path, *, max_rollouts: int | None, keep_tasks: bool) -
         info["wall time (s)"] = _rounded(timing.get("total_wall_s") or timing.get("wall_s"))
         info["stack start (s)"] = _rounded(timing.get("stack_start_s"))
     info["token IDs"] = _token_ids_info(token_ids)
+    info |= gym_metric_entries(summary.get("gym_metrics") or {})
     return Run(
         path=folder,
         source="verifiers-nemo eval",
@@ -194,6 +195,23 @@ def _load_results(folder: Path, *, max_rollouts: int | None, keep_tasks: bool) -
         judges=dict(summary.get("judges") or {}),
         notes=notes,
     )
+
+
+def gym_metric_entries(gym_metrics: dict[str, Any]) -> dict[str, Any]:
+    """The environment's own key metrics (its ``/aggregate_metrics``, kept in ``metadata.json``) as run facts, one
+    per metric, named alike in every run so runs compared show them side by side."""
+    entries: dict[str, Any] = {}
+    several = len(gym_metrics) > 1 or any(len(agents) > 1 for agents in gym_metrics.values())
+    for env, agents in gym_metrics.items():
+        for agent, answer in (agents or {}).items():
+            where = f" ({env}, {agent})" if several else ""
+            if not isinstance(answer, dict) or "error" in answer:
+                why = answer.get("error") if isinstance(answer, dict) else answer
+                entries[f"Gym metrics{where}"] = f"not available: {why}"
+                continue
+            for name, value in (answer.get("key_metrics") or {}).items():
+                entries[f"Gym {name}{where}"] = round(value, 4) if isinstance(value, float) else value
+    return entries
 
 
 def _rounded(value: Any) -> float | None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .._endpoint import Endpoint
 from .._result import RolloutResult
 from .._tasks import Task
-from .worker import StackWorker
+from .worker import RolloutCall, StackWorker
 
 
 class WorkerHandle(Protocol):
@@ -21,14 +20,7 @@ class WorkerHandle(Protocol):
 
     async def start(self, secrets: Sequence[str], replay_tasks: Sequence[Task] | None) -> dict[str, Any]: ...
 
-    async def rollout(
-        self,
-        task: Task,
-        endpoint: Endpoint | None,
-        sampling_args: dict[str, Any] | None,
-        timeout: float | None,
-        replicas: tuple[Endpoint, ...] | None = None,
-    ) -> RolloutResult: ...
+    async def rollout(self, call: RolloutCall) -> RolloutResult: ...
 
     async def judge_calls(self) -> dict[str, list[Any]]: ...
 
@@ -46,15 +38,8 @@ class LocalWorker:
     async def start(self, secrets: Sequence[str], replay_tasks: Sequence[Task] | None) -> dict[str, Any]:
         return await self.worker.start(secrets, replay_tasks)
 
-    async def rollout(
-        self,
-        task: Task,
-        endpoint: Endpoint | None,
-        sampling_args: dict[str, Any] | None,
-        timeout: float | None,
-        replicas: tuple[Endpoint, ...] | None = None,
-    ) -> RolloutResult:
-        return await self.worker.rollout(task, endpoint, sampling_args, timeout, replicas)
+    async def rollout(self, call: RolloutCall) -> RolloutResult:
+        return await self.worker.rollout(call)
 
     async def judge_calls(self) -> dict[str, list[Any]]:
         return self.worker.judge_calls()

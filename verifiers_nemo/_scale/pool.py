@@ -19,6 +19,7 @@ from .._tasks import Task
 from .handles import LocalWorker, WorkerHandle
 from .ray_cluster import RayCluster, RayPlacement
 from .seats import Seat, Seats
+from .worker import RolloutCall
 
 logger = logging.getLogger(__name__)
 
@@ -187,12 +188,13 @@ class NeMoGymPool:
         tried: list[Seat] = []
         lost: WorkerLost | None = None
         seats = self._live.get(env) or Seats()
+        call = RolloutCall(task, endpoint, sampling_args, timeout, replicas)
         for _attempt in range(2):
             seat = seats.take(avoid=tried)
             if seat is None:
                 break
             try:
-                result = await seat.handle.rollout(task, endpoint, sampling_args, timeout, replicas)
+                result = await seat.handle.rollout(call)
                 seat.done += 1
                 return result
             except WorkerLost as exc:

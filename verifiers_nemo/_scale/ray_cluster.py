@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._endpoint import Endpoint
 from .._exceptions import ConfigurationError, RolloutError, VerifiersNemoError, WorkerLost
 from .._result import RolloutResult
 from .._stack.procs import sweep_dead_owners
 from .._tasks import Task
+from .worker import RolloutCall
 
 logger = logging.getLogger(__name__)
 
@@ -75,20 +75,14 @@ class RayWorker:
         self.name = f"ray:{self.node_id[:8]}:{info['pid']}"
         return {**info, "node_id": self.node_id}
 
-    async def rollout(
-        self,
-        task: Task,
-        endpoint: Endpoint | None,
-        sampling_args: dict[str, Any] | None,
-        timeout: float | None,
-        replicas: tuple[Endpoint, ...] | None = None,
-    ) -> RolloutResult:
+    async def rollout(self, call: RolloutCall) -> RolloutResult:
         ray = _ray()
         try:
-            result = await self.actor.rollout.remote(task, endpoint, sampling_args, timeout, replicas)
+            result = await self.actor.rollout.remote(call)
         except ray.exceptions.RayActorError as exc:
             raise WorkerLost(f"the {self.label} died during the rollout: {_first_line(exc)}") from None
         except ray.exceptions.RayError as exc:  # the rollout raised in the actor: not expected, but typed
+            task = call.task
             result = RolloutResult(task_index=task.task_index, rollout_index=task.rollout_index, env=self.env)
             result.error = RolloutError(f"the {self.label} failed the rollout: {_first_line(exc)}")
         result.worker = self.name

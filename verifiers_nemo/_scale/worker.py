@@ -2,7 +2,8 @@
 
 A worker lives in the driver's process (a local pool, e.g. a mix of environments on one machine) or in
 a Ray actor (``--ray``); the pool talks to it through the same four calls either way. Everything a
-worker takes and returns pickles (tasks, endpoints, results), so a Ray actor can host it unchanged.
+worker takes and returns pickles (tasks, endpoints, a ``RolloutCall``, results), so a Ray actor can host it
+unchanged.
 """
 
 from __future__ import annotations
@@ -11,11 +12,26 @@ import os
 import socket
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .._endpoint import Endpoint
 from .._result import RolloutResult
 from .._tasks import Task
+
+
+@dataclass(frozen=True)
+class RolloutCall:
+    """One rollout as a pool hands it to a worker (``WorkerHandle.rollout``, ``StackWorker.rollout``): the
+    arguments of ``NeMoGymPool.rollout``, in one value that pickles to a Ray actor as it is."""
+
+    task: Task
+    endpoint: Endpoint | None
+    """``None``: the replay of ``task``'s recording."""
+    sampling_args: dict[str, Any] | None = None
+    timeout: float | None = None
+    replicas: tuple[Endpoint, ...] | None = None
+    """The run's replicas of the policy, ``endpoint`` among them."""
 
 
 class StackWorker:
@@ -53,23 +69,17 @@ class StackWorker:
             "judges": {name: self.harness.judge_label(name) for name in self.harness.judges.names},
         }
 
-    async def rollout(
-        self,
-        task: Task,
-        endpoint: Endpoint | None,
-        sampling_args: dict[str, Any] | None,
-        timeout: float | None,
-        replicas: tuple[Endpoint, ...] | None = None,
-    ) -> RolloutResult:
-        """One rollout (``endpoint=None``: the replay of ``task``'s recording); the pool's handles pass all five.
-        ``replicas``: the run's replicas of the policy, whose calls move among them on this worker's own view of
-        their health (the harness keeps one per list)."""
+    async def rollout(self, call: RolloutCall) -> RolloutResult:
+        """One rollout (``call.endpoint=None``: the replay of its task's recording). ``call.replicas``: the run's
+        replicas of the policy, whose calls move among them on this worker's own view of their health (the
+        harness keeps one per list)."""
+        endpoint = call.endpoint
         if endpoint is None:
             if self._replay is None:
                 raise RuntimeError("this worker was started without replay tasks; pass an endpoint")
-            endpoint = self._replay.endpoint_for(task)
+            endpoint = self._replay.endpoint_for(call.task)
         return await self.harness.rollout(
-            task, endpoint, sampling_args, timeout, replicas=replicas, _queued_at=time.monotonic()
+            call.task, endpoint, call.sampling_args, call.timeout, replicas=call.replicas, _queued_at=time.monotonic()
         )
 
     def judge_calls(self) -> dict[str, list[Any]]:

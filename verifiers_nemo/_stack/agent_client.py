@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from .._exceptions import ConfigurationError, GymAgentError, GymServerDown, InvalidResult
+from .._result import is_retryable_failure
 from .stack import GymStack
 
 DEATH_GRACE_S = 2.0
@@ -33,6 +34,19 @@ class Attempt(Protocol):
     body: dict[str, Any]
 
     def abandon(self) -> None: ...
+
+
+class Attempts(Protocol):
+    """The tries of one rollout: a fresh one each ``new()``, Gym's episode attempt index beside them."""
+
+    episode_attempt: int
+
+    def new(self) -> Attempt: ...
+
+
+EPISODE_ATTEMPTS = 3
+"""Tries of an episode Gym failed without calling it terminal: Gym's own cap (``NEMO_GYM_MAX_ROLLOUT_ATTEMPTS``'s
+default), which its collector spends across resumed runs and this client within the rollout."""
 
 
 class GymAgentClient:
@@ -78,6 +92,17 @@ class GymAgentClient:
                 if attempt_number == 1 or not await self.died(stack, generation):
                     raise GymServerDown(f"the Gym agent at {url} is unreachable: {exc}") from None
         raise AssertionError("unreachable")
+
+    async def run_episode(
+        self, running_stack: Callable[[], Awaitable[GymStack]], agent: str | None, attempts: Attempts
+    ) -> dict[str, Any]:
+        """``run`` the rollout; while Gym answers with a failure it did not mark terminal, run it again (a fresh
+        route, the next ``_ng_attempt_index``), ``EPISODE_ATTEMPTS`` tries in all. The last answer is returned."""
+        while True:
+            answer = await self.run(running_stack, agent, attempts.new)
+            if attempts.episode_attempt + 1 >= EPISODE_ATTEMPTS or not is_retryable_failure(answer):
+                return answer
+            attempts.episode_attempt += 1
 
     async def died(self, stack: GymStack, generation: int) -> bool:
         """Whether ``generation`` died, for a caller whose request the agent did not answer.

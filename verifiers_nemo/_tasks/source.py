@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .._exceptions import ConfigurationError, TasksetError
 from .._gym import EXAMPLE_ROLLOUTS, GymEnvironment, gym_root
+from .benchmark_rows import benchmark_data
 
 
 def check_arguments(
@@ -72,6 +73,8 @@ def resolve_source(
             "tasks to run on its own. Fix: pick an environment with an agent (`verifiers-nemo envs`), "
             "or pass jsonl_path= and nemo_env= of one."
         )
+    if env.benchmark is not None and dataset is None and not recorded:  # the benchmark's prepared rows
+        return benchmark_data(env), default_agent.name, _agents_of(env, default_agent.config)
     if recorded:
         path = env.example_rollouts_path
         if not path.is_file():

@@ -20,6 +20,7 @@ from .._exceptions import ConfigurationError
 from .._gym import GymEnvironment, get_environment, gym_root
 from .._gym.releases import installed_version
 from . import hf
+from .benchmark_rows import has_input, prompted_rows
 from .recorded import RecordedTasks
 from .rows import LoadedRows, OnError, SkippedRows, read_rows
 from .saved_results import as_recording
@@ -45,6 +46,8 @@ class NeMoGymTaskset(Sequence[Task]):
       runnable as it is: the fields the resources server needs, which recordings do not keep, are put back from
       the environment's dataset row with the same input (``Task.recorded_row`` keeps the recording as written).
       With ``jsonl_path=`` it reads that file as recordings instead (restored the same way with ``nemo_env``).
+    * A nemo-gym benchmark (``"aime25"``, ``"benchmarks/aime25"``): its prepared rows (where Gym's prepare script
+      writes them, or ``jsonl_path=``) with its prompt config applied by nemo-gym's own code.
     * ``jsonl_path=``: any file. The agent of a row is its ``agent_ref.name``, else ``agent``. With
       ``nemo_env`` too, every ``agent_ref`` must name one of the environment's agents.
 
@@ -92,6 +95,8 @@ class NeMoGymTaskset(Sequence[Task]):
         if env is not None and agent is not None:
             env.agent(agent)  # raises, listing the environment's agents
         path, default_agent, packaged_agents = resolve_source(env, dataset, jsonl_path, recorded)
+        if env is not None and env.benchmark is not None and not recorded and not has_input(path):
+            path = prompted_rows(env, path)  # a benchmark's raw rows, prompted by nemo-gym's own code
         checker = RowChecker(
             path=path,
             allowed_params=gym_params(env.root if env else local_root(root)),

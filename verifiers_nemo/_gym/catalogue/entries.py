@@ -9,6 +9,7 @@ from pathlib import Path
 from ..._exceptions import ConfigurationError
 from ..config import POLICY_MODEL, RESOURCES_SERVERS, RESPONSES_API_MODELS
 from ..tree import GymTree
+from .gym_listing import RESOURCES_SERVER, BenchmarkSpec
 
 EXAMPLE_ROLLOUTS = "data/example_rollouts.jsonl"
 """Where an environment keeps its recorded rollouts, relative to its directory."""
@@ -128,6 +129,16 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
     """Where an environment of your own was found (its folder, or the config YAML named); None when packaged."""
     tree: GymTree | None = None
     """Where its servers' folders and data are searched (yours first, then the install); None when packaged."""
+    kind: str = RESOURCES_SERVER
+    """``environment`` (nemo-gym >= 0.7's ``environments/NAME``), ``benchmark`` (``benchmarks/NAME[/VARIANT]``) or
+    ``resources server`` (a config under ``resources_servers/NAME/configs/``, on every release)."""
+    benchmark: BenchmarkSpec | None = None
+    """A benchmark's dataset as Gym runs it (prompt config, repeats, prepare script); None for other kinds."""
+    description: str | None = None
+    alias_of: str | None = None
+    """Named by one of Gym's deprecated aliases: the name Gym now gives it."""
+    reference: str | None = None
+    """How to name it when its short name is another's (``resources_servers/NAME``); None: ``name`` or its path."""
 
     @property
     def local(self) -> bool:
@@ -138,6 +149,10 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
     def ref(self) -> str:
         """How to name this environment again, anywhere (``get_environment(env.ref)``): a packaged one by its
         name, one of yours by its absolute path."""
+        if self.reference is not None:
+            return self.reference
+        if self.kind != RESOURCES_SERVER and self.origin is None:
+            return self.name
         return str(self.origin) if self.origin is not None else self.name
 
     @property
@@ -159,6 +174,10 @@ class GymEnvironment(_Needs):  # type: ignore[misc]  # judge_models/external_rea
         """The default config's first agent whose resources server is this environment's."""
         if self.default_config is None or not self.default_config.agents:
             return None
+        if self.benchmark is not None and self.benchmark.agent is not None:
+            for candidate in self.default_config.agents:
+                if candidate.name == self.benchmark.agent:
+                    return candidate
         own = {s.name for s in self.default_config.servers if s.kind == RESOURCES_SERVERS and s.type == self.name}
         for candidate in self.default_config.agents:
             if candidate.resources_server in own:

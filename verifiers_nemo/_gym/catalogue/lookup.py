@@ -7,6 +7,7 @@ import functools
 import logging
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,54 +15,115 @@ from ..._exceptions import ConfigurationError, UnknownEnvironmentError
 from ..config import RESOURCES_SERVERS
 from ..runtime import gym_root
 from ..tree import GymTree, gym_roots_from_env, tree_of_configs
-from .entries import GymAgent, GymEnvironment
+from .entries import GymAgent, GymEnvironment, close_hint
+from .kinds import catalogue_tree_root, explicit_kind, listed_catalogue
 from .reading import environment_folders, folder_signature, read_environment
 
 logger = logging.getLogger(__name__)
 
 
 def list_environments(root: str | Path | None = None, *, local: bool = True) -> list[GymEnvironment]:
-    """Every NeMo Gym environment: those of your trees (``VERIFIERS_NEMO_GYM_ROOT``, ``--gym-root``, the working
-    directory when it holds ``resources_servers/``) first, then the packaged ones under ``root`` (default: the Gym
-    runtime's) that none of yours shadows by name; each group sorted by name."""
+    """Every NeMo Gym environment: on nemo-gym >= 0.7, Gym's environments and benchmarks first (yours and
+    packaged, as Gym's catalogue lists them); then the resources servers of your trees (``VERIFIERS_NEMO_GYM_ROOT``,
+    ``--gym-root``, the working directory when it holds ``resources_servers/``), then the packaged ones that none of
+    yours shadows by name; each group sorted by name. A resources server whose name an environment or benchmark
+    claims keeps it, and is named ``resources_servers/NAME`` (its ``ref``)."""
     resolved = _resolve_root(root)
     packaged = _load_catalogue(resolved)
+    roots = gym_roots_from_env() if local else ()
+    listed = listed_catalogue(resolved, roots)
+    gyms = listed.all() if listed is not None else []
     if not local:
-        return list(packaged)
-    yours = _local_catalogue(resolved)
+        gyms = [e for e in gyms if not e.local]
+    claimed = {e.name for e in gyms}
+    yours = _local_catalogue(resolved) if local else []
     shadowed = {e.name for e in yours}
-    return [*yours, *(e for e in packaged if e.name not in shadowed)]
+    servers = [*yours, *(e for e in packaged if e.name not in shadowed)]
+    return [*gyms, *(_qualified(e) if e.name in claimed else e for e in servers)]
+
+
+def _qualified(env: GymEnvironment) -> GymEnvironment:
+    """A resources server whose short name an environment or benchmark claims: named by its explicit form."""
+    return replace(env, reference=f"{RESOURCES_SERVERS}/{env.name}") if env.origin is None else env
 
 
 def get_environment(name: str, root: str | Path | None = None) -> GymEnvironment:
-    """The environment ``name`` names: a path (an environment folder in Gym's ``resources_servers/<name>``
-    layout, or one of its config YAMLs), else a name in your trees (``VERIFIERS_NEMO_GYM_ROOT``, the working
-    directory's ``resources_servers/``), else a packaged name; an UnknownEnvironmentError lists the closest."""
+    """The environment ``name`` names: a path (a folder in Gym's ``resources_servers/<name>``,
+    ``environments/<name>`` or ``benchmarks/<name>`` layout, or one of its config YAMLs); else, on nemo-gym >= 0.7,
+    an environment or benchmark of Gym's catalogue (``environments/NAME``, ``benchmarks/NAME`` to say which); else a
+    resources server, yours first (``VERIFIERS_NEMO_GYM_ROOT``, the working directory's ``resources_servers/``), then
+    packaged (``resources_servers/NAME`` explicitly); an UnknownEnvironmentError lists the closest."""
     resolved = _resolve_root(root)
+    roots = gym_roots_from_env()
     if is_path_reference(name):
+        found = _listed_at_path(resolved, roots, Path(name).expanduser())
+        if found is not None:
+            return found
         directory, config = locate_environment(name)
-        return _local_environment(resolved, directory, config, gym_roots_from_env())
-    for environment in _local_catalogue(resolved):
-        if environment.name == name:
-            return environment
-    environments = _load_catalogue(resolved)
-    for environment in environments:
-        if environment.name == name:
-            return environment
-    names = [e.name for e in environments]
+        return _local_environment(resolved, directory, config, roots)
+    kind, bare = explicit_kind(name)
+    listed = listed_catalogue(resolved, roots)
+    if listed is not None:
+        found = listed.resolve(name)
+        if found is not None:
+            return found
+    if kind in (None, "resources server"):
+        server, _, config = bare.partition("/")
+        for environment in (*_local_catalogue(resolved), *_load_catalogue(resolved)):
+            if environment.name == server:
+                chosen = _with_config(environment, config) if config else environment
+                return _qualified(chosen) if kind else chosen
+    names = [e.ref for e in list_environments(resolved)]
     close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
-    close += [n for n in names if name and name.lower() in n.lower() and n not in close][: 5 - len(close)]
+    close += [n for n in names if bare and bare.lower() in n.lower() and n not in close][: 5 - len(close)]
     hint = f"Closest: {', '.join(close)}." if close else "No packaged name is close."
+    what = "environments, benchmarks and resources servers" if listed is not None else "environments"
     raise UnknownEnvironmentError(
-        f"Unknown NeMo Gym environment {name!r}. {hint} "
-        f"`verifiers-nemo envs` lists all {len(names)} packaged in {resolved / RESOURCES_SERVERS}; an environment "
-        "of your own is named by its folder's path (./resources_servers/NAME) or found by name under --gym-root DIR."
+        f"Unknown NeMo Gym environment {name!r}. {hint} `verifiers-nemo envs` lists all {len(names)} {what} of "
+        f"the nemo-gym at {resolved}; an environment of your own is named by its folder's path "
+        "(./resources_servers/NAME) or found by name under --gym-root DIR."
     )
 
 
+def _with_config(env: GymEnvironment, config: str) -> GymEnvironment:
+    """A resources server with one of its other configs (``resources_servers/NAME/CONFIG``) as the default."""
+    for candidate in env.configs:
+        if candidate.path.stem == config:
+            return replace(env, default_config=candidate)
+    names = [c.path.stem for c in env.configs]
+    raise UnknownEnvironmentError(
+        f"NeMo Gym resources server {env.name!r} has no config {config!r}{close_hint(config, names)}. Its configs: "
+        f"{', '.join(names)}."
+    )
+
+
+def _listed_at_path(install: Path, roots: tuple[Path, ...], path: Path) -> GymEnvironment | None:
+    """A folder (or config) of an ``environments/`` or ``benchmarks/`` tree, named by path: Gym's entry for it, its
+    tree searched first."""
+    tree_root = catalogue_tree_root(path)
+    if tree_root is None or not path.exists():
+        return None
+    listed = listed_catalogue(install, tuple(dict.fromkeys([tree_root.resolve(), *roots])))
+    if listed is None:
+        return None
+    found = listed.at_path(path)
+    if found is None:
+        raise ConfigurationError(
+            f"{path.resolve()} is in nemo-gym's {tree_root / path.resolve().relative_to(tree_root).parts[0]}/ tree "
+            "but nemo-gym lists no environment or benchmark for it. Fix: an environment folder needs config.yaml "
+            "(or a manifest.yaml naming its config); a benchmark config needs exactly one dataset of type benchmark."
+        )
+    return found
+
+
 def is_path_reference(name: str) -> bool:
-    """Whether an environment name is a path (to a folder or a config YAML), not a packaged name."""
-    return "/" in name or os.sep in name or name.startswith(("~", ".")) or name.endswith((".yaml", ".yml"))
+    """Whether an environment name is a path (to a folder or a config YAML), not a catalogue name: absolute, ``~``
+    or ``.`` first, a YAML file, or a relative path that exists here (``aviary_bbh/config_remote``,
+    ``benchmarks/aime25`` and ``resources_servers/NAME`` are names unless such a folder is in the working directory,
+    which Gym searches first too)."""
+    if name.startswith(("~", ".", "/", os.sep)) or name.endswith((".yaml", ".yml")):
+        return True
+    return ("/" in name or os.sep in name) and Path(name).exists()
 
 
 def env_label(reference: str) -> str:
@@ -80,9 +142,20 @@ def canonical_reference(name: str) -> str:
     """How a run names an environment wherever it goes (a resume elsewhere, Ray workers, env servers): a path by
     its absolute form, a name found in your trees by its folder's absolute path, a packaged name as it is."""
     if is_path_reference(name):
+        if catalogue_tree_root(Path(name).expanduser()) is not None:
+            return str(Path(name).expanduser().resolve())
         directory, config = locate_environment(name)
         return str(config or directory)
-    for root in gym_roots_from_env():
+    kind, _ = explicit_kind(name)
+    if kind is not None:
+        return name
+    roots = gym_roots_from_env()
+    if not roots:  # only a tree of yours can turn a name into a folder; no runtime is needed to say so
+        return name
+    listed = listed_catalogue(_resolve_root(None), roots)
+    if listed is not None and listed.resolve(name) is not None:
+        return name
+    for root in roots:
         folder = root / RESOURCES_SERVERS / name
         if (folder / "configs").is_dir():
             return str(folder)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,14 @@ from ..config import (
 from ..releases import installed_version, packaging_problem
 from ..tree import PROJECT_FILES, GymTree
 from .entries import EXAMPLE_ROLLOUTS, GymAgent, GymConfig, GymDataset, GymEnvironment, GymServer
+from .gym_listing import ListedEntry
 from .needs import classify_config
 
 
 def environment_folders(root: Path) -> list[Path]:
+    """The resources-server folders (``resources_servers/NAME/`` with ``configs/``) of a tree."""
+    if not (root / RESOURCES_SERVERS).is_dir():
+        return []
     return [
         d
         for d in sorted((root / RESOURCES_SERVERS).iterdir())
@@ -257,3 +263,50 @@ def peek_recordings(path: Path) -> tuple[bool, str | None]:
     if not isinstance(row, dict) or "response" not in row or "reward" not in row:
         return False, f"{EXAMPLE_ROLLOUTS}: no recordings, its rows have no response and reward"
     return True, None
+
+
+def read_listed(tree: GymTree, entry: ListedEntry, flat_dir: Path, alias_of: str | None = None) -> GymEnvironment:
+    """An environment or benchmark of Gym's catalogue: its config as Gym resolved it, written once as a flat config
+    (``flat_dir``) that the stack starts from and this catalogue reads like any other."""
+    problems: list[str] = []
+    if entry.servers is not None:
+        flat = flat_dir / f"{entry.kind}-{entry.name.replace('/', '--')}.yaml"
+        text = yaml.safe_dump(entry.servers, sort_keys=False)
+        if not flat.is_file() or flat.read_text(encoding="utf-8") != text:
+            flat_dir.mkdir(parents=True, exist_ok=True)
+            partial = flat.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, flat)
+        config = read_config(tree, flat)
+    else:  # Gym could not resolve it alone (a judge or a value left to the user): read as written
+        config = read_config(tree, entry.config_path)
+        problems.append(f"nemo-gym cannot resolve its config on its own ({entry.error})")
+    config = replace(config, relpath=_relative(entry.config_path, tree.install))
+    problems += list(config.problems)
+    has_rollouts, rollout_problem = peek_recordings(entry.folder / EXAMPLE_ROLLOUTS)
+    if rollout_problem and entry.kind != "benchmark":
+        problems.append(rollout_problem)
+    local = not entry.folder.resolve().is_relative_to(tree.install.resolve())
+    return GymEnvironment(
+        name=entry.name,
+        root=tree.install,
+        directory=entry.folder,
+        configs=(config,),
+        default_config=config,
+        server_requirements=(),
+        has_example_rollouts=has_rollouts,
+        problems=tuple(problems),
+        broken=(None if local else packaging_problem(installed_version(tree.install), entry.name))
+        or _adapter_restriction(config),
+        origin=entry.folder if local else None,
+        tree=tree if local or tree.roots else None,
+        kind=entry.kind,
+        benchmark=entry.benchmark,
+        description=entry.description,
+        alias_of=alias_of,
+    )
+
+
+def _relative(path: Path, root: Path) -> str:
+    resolved = path.resolve()
+    return resolved.relative_to(root.resolve()).as_posix() if resolved.is_relative_to(root.resolve()) else str(path)
