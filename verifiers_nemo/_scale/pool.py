@@ -57,7 +57,8 @@ class NeMoGymPool:
         if isinstance(envs, str):
             envs = [envs]
         per_env = dict(envs) if isinstance(envs, Mapping) else {name: {} for name in envs}
-        per_env = {canonical_reference(name): own for name, own in per_env.items()}  # folders of yours: by path
+        runtime = (harness_args.get("gym_python"), harness_args.get("gym_version"))
+        per_env = {canonical_reference(name, *runtime): own for name, own in per_env.items()}  # yours: by path
         if not per_env:
             raise ConfigurationError("NeMoGymPool needs at least one environment.")
         self.env_args = {name: {**harness_args, **dict(own)} for name, own in per_env.items()}

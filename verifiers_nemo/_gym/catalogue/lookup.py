@@ -138,9 +138,10 @@ def env_label(reference: str) -> str:
     return path.name or reference
 
 
-def canonical_reference(name: str) -> str:
+def canonical_reference(name: str, gym_python: str | None = None, gym_version: str | None = None) -> str:
     """How a run names an environment wherever it goes (a resume elsewhere, Ray workers, env servers): a path by
-    its absolute form, a name found in your trees by its folder's absolute path, a packaged name as it is."""
+    its absolute form, a name found in your trees by its folder's absolute path, a packaged name as it is.
+    ``gym_python``/``gym_version`` pick the runtime whose catalogue is asked (else the default one)."""
     if is_path_reference(name):
         if catalogue_tree_root(Path(name).expanduser()) is not None:
             return str(Path(name).expanduser().resolve())
@@ -152,7 +153,8 @@ def canonical_reference(name: str) -> str:
     roots = gym_roots_from_env()
     if not roots:  # only a tree of yours can turn a name into a folder; no runtime is needed to say so
         return name
-    listed = listed_catalogue(_resolve_root(None), roots)
+    install = _resolve_root(gym_root(gym_python, gym_version))
+    listed = listed_catalogue(install, roots)
     if listed is not None and listed.resolve(name) is not None:
         return name
     for root in roots:
