@@ -32,6 +32,7 @@ from ._stack.agent_client import DEATH_GRACE_S, GymAgentClient
 from ._stack.options import DEFAULT_MAX_STEPS, StackOptions
 from ._sync import run_blocking
 from ._tasks import NeMoGymTaskset, Task, harness_runtime
+from ._tasks.recorded import row_fields
 from ._upstreams import Upstream
 
 logger = logging.getLogger(__name__)
@@ -131,7 +132,9 @@ class NeMoGymHarness:
         if nemo_env is None and not config_paths:
             raise ConfigurationError("NeMoGymHarness needs nemo_env=, taskset= or config_paths=.")
         # a folder of yours by its absolute path (what its tasks carry, what Ray workers are sent)
-        self.env_name = canonical_reference(nemo_env) if nemo_env else Path(str(config_paths[0])).stem  # type: ignore[index]
+        self.env_name = (
+            canonical_reference(nemo_env, gym_python, gym_version) if nemo_env else Path(str(config_paths[0])).stem  # type: ignore[index]
+        )
         self.taskset = taskset
         self.default_agent = agent
         self.timeout = timeout
@@ -326,6 +329,7 @@ class NeMoGymHarness:
             agent=task.agent_name or self.default_agent,
             endpoint=endpoint.label,
             prompt=list(task.prompt),
+            row_fields=row_fields(task.row),
         )
         result.timing["queue_s"] = started - _queued_at if _queued_at is not None else 0.0
         self.add_secrets(endpoint.secret_key or "")  # before a first start: Gym never sees it

@@ -60,6 +60,9 @@ class RolloutResult:
     """Gym's low-cardinality name of what went wrong (``judge_failed``...), masked or not."""
     failure_reason: str | None = None
     """Gym's free-text explanation of it."""
+    row_fields: dict[str, Any] | None = None
+    """The task row's own fields (what is not its input, agent or a verify output: a seed, a hidden answer...),
+    saved beside ``gym_result`` so a replay of the saved run gets back the row it ran on."""
     training: dict[str, Any] | None = None
     """Under verifiers' training client (``eval --client-type train``): the training samples the rollout makes and
     where it forked (``_training.forks.training_record``)."""
@@ -103,6 +106,8 @@ class RolloutResult:
             out["trace"] = [_call_to_dict(call) for call in self.trace]
         if include_gym_result:
             out["gym_result"] = self.gym_result
+            if self.row_fields is not None:
+                out["row_fields"] = self.row_fields
         return out
 
     @classmethod
@@ -133,6 +138,7 @@ class RolloutResult:
             failure_kind=data.get("failure_kind"),
             failure_reason=data.get("failure_reason"),
             training=data.get("training"),
+            row_fields=data.get("row_fields"),
         )
 
 

@@ -32,6 +32,15 @@ def test_a_result_with_gym_result_is_gym_s_own_record_with_its_agent() -> None:
     assert recording == {**gym, "agent_ref": {"type": "responses_api_agents", "name": "a_simple_agent"}}
 
 
+def test_a_result_keeps_the_fields_of_the_row_it_ran_on_which_gym_s_reply_may_not_echo() -> None:
+    gym = {**GYM_ROW, "response": {"output": [LAST]}, "reward": 1.0}
+
+    recording = as_recording(_result(gym_result=gym, row_fields={"city": "Lima", "secret": 7}))
+
+    assert recording["secret"] == 7 and recording["city"] == "Lima"
+    assert recording["response"] == gym["response"] and recording["reward"] == 1.0
+
+
 def test_a_result_with_responses_calls_only_is_rebuilt_from_them() -> None:
     calls = [
         {"request": {**GYM_ROW["responses_create_params"], "model": "m"}, "response": {"output": [FIRST]}},

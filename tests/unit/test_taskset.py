@@ -143,6 +143,51 @@ def test_a_recording_takes_the_first_dataset_row_of_its_input_across_the_environ
     assert restored["d"].recorded_row is None  # no row has its input: the recording as it is
 
 
+def test_rows_that_share_a_prompt_give_each_recording_the_row_whose_fields_it_carries(tmp_path: Path) -> None:
+    """Four games with one prompt and a hidden secret: a recording that keeps its row's fields (``--save-trace``
+    does) gets that row back, not the first row with its prompt."""
+    games = [row("guess my number", secret=n, game=n) for n in (3, 7, 1, 9)]
+    restorer = RecordedTasks([write_jsonl(tmp_path / "example.jsonl", games)])
+    recording = Task(0, 0, row("guess my number"), "agent", "env", "0", "rollouts.jsonl:1", recorded=True)
+
+    restored = [restorer.restore(replace(recording, row={**game, "reward": 1.0})) for game in reversed(games)]
+
+    assert [t.gym_row()["secret"] for t in restored] == [9, 1, 7, 3]
+    assert restorer.ambiguous == 0
+
+
+def test_a_recording_with_fewer_fields_takes_the_row_that_agrees_then_its_gym_task_index(tmp_path: Path) -> None:
+    games = [row("p", secret=n, level="easy" if n < 5 else "hard") for n in (3, 7, 1, 9)]
+    restorer = RecordedTasks([write_jsonl(tmp_path / "example.jsonl", games)])
+    recording = Task(0, 0, row("p"), "agent", "env", "0", "rollouts.jsonl:1", recorded=True)
+
+    hard = restorer.restore(replace(recording, row=row("p", level="hard", reward=0.0)))
+    at_index = restorer.restore(replace(recording, row=row("p", level="hard", _ng_task_index=3, reward=0.0)))
+    disagreeing = restorer.restore(replace(recording, row=row("p", secret=1, level="hard", reward=0.0)))
+
+    assert hard.gym_row()["secret"] == 7  # the first of the two that agree
+    assert at_index.gym_row()["secret"] == 9  # Gym's own index of the row it ran
+    assert disagreeing.gym_row()["secret"] in (1, 7, 9)  # one field off either way: a guess, and said so
+    assert restorer.ambiguous == 2
+
+
+def test_recordings_that_cannot_tell_rows_with_one_prompt_apart_are_said_to_be_ambiguous_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    games = [row("guess my number", secret=n) for n in (3, 7)]
+    restorer = RecordedTasks([write_jsonl(tmp_path / "example.jsonl", [*games, row("other", secret=5)])])
+    recording = Task(0, 0, row("guess my number", reward=1.0), "agent", "env", "0", "rollouts.jsonl:1", recorded=True)
+
+    with caplog.at_level(logging.WARNING):
+        first, second = restorer.restore(recording), restorer.restore(recording)
+        restorer.restore(replace(recording, row=row("other", reward=1.0)))  # one row: no guess
+
+    assert first.gym_row()["secret"] == second.gym_row()["secret"] == 3
+    assert restorer.ambiguous == 2
+    warnings = [r.getMessage() for r in caplog.records if "share their prompt" in r.getMessage()]
+    assert len(warnings) == 1 and "Fix: replay runs saved with --save-trace" in warnings[0]
+
+
 def test_a_dataset_file_changed_after_its_rows_were_found_is_an_error_saying_so(tmp_path: Path) -> None:
     example = write_jsonl(tmp_path / "example.jsonl", [row("a", gold=1)])
     restorer = RecordedTasks([example])

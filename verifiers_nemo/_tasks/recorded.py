@@ -7,8 +7,14 @@ task: its fields, with the recording's input, response, reward and agent kept (`
 recording as written, judge calls included). A recording no dataset row matches is run as it is (its verify
 outputs are left out of the row sent to Gym, ``Task.gym_row``).
 
+Rows often share their input and differ only in what the model never sees (a game's seed, a hidden answer, a
+ground truth). Of the rows with the recording's input, the one whose fields agree with the recording's wins: the
+fewest fields that disagree, then the most that agree, then the row at the recording's ``_ng_task_index``, then
+the first. A run saved with ``--save-trace`` records its row's own fields, so its replay gets its own row back;
+a recording that carries none of them and shares its input with rows that differ is ambiguous, and said so once.
+
 Finding those rows costs one pass over the environment's dataset files, when the first recorded task is built;
-what is kept is where each row is (a hash of its input, its file, offset and length: about 20 bytes a row), never
+what is kept is where each row is (a hash of its input, its file, offset, length and place: 26 bytes a row), never
 its text, so a large downloaded dataset is not held in memory, and the recordings themselves are read as any
 taskset reads its rows.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import threading
 from array import array
@@ -27,7 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import TasksetError
-from .task import AGENT_REF, RECORDED_OUTPUTS, RESPONSES_CREATE_PARAMS, Task
+from .task import AGENT_REF, GYM_STAMP_PREFIX, RECORDED_OUTPUTS, RESPONSES_CREATE_PARAMS, Task
+
+TASK_INDEX = "_ng_task_index"
+logger = logging.getLogger(__name__)
 
 
 def input_key(value: Any) -> str:
@@ -51,13 +61,39 @@ def _input_of(line: bytes) -> str | None:
         return None
 
 
+def row_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's own fields: what is neither its input, its agent, a verify output nor a Gym stamp."""
+    skipped = (RESPONSES_CREATE_PARAMS, AGENT_REF, *RECORDED_OUTPUTS)
+    return {k: v for k, v in row.items() if k not in skipped and not k.startswith(GYM_STAMP_PREFIX)}
+
+
+def best_row(recording: dict[str, Any], candidates: list[tuple[int, dict[str, Any]]]) -> tuple[dict[str, Any], bool]:
+    """Of ``(place, row)`` candidates sharing the recording's input, the row that agrees with it best (see the
+    module docs), and whether that choice was a guess (another candidate, with other fields, scored the same)."""
+    recorded = row_fields(recording)
+    wanted_place = recording.get(TASK_INDEX)
+
+    def score(candidate: tuple[int, dict[str, Any]]) -> tuple[int, int, int, int]:
+        place, row = candidate
+        fields = row_fields(row)
+        shared = [key for key in fields if key in recorded]
+        disagree = sum(1 for key in shared if fields[key] != recorded[key])
+        at_place = 0 if isinstance(wanted_place, int) and wanted_place == place else 1
+        return disagree, -(len(shared) - disagree), at_place, place
+
+    ranked = sorted(candidates, key=score)
+    best = ranked[0]
+    ties = [c for c in ranked[1:] if score(c)[:3] == score(best)[:3] and row_fields(c[1]) != row_fields(best[1])]
+    return best[1], bool(ties)
+
+
 class DatasetRows:
-    """Where each row of some JSONL files is, by the hash of its input (the first row of an input wins)."""
+    """Where each row of some JSONL files is, by the hash of its input (``find_all`` gives every row of one)."""
 
     def __init__(self, paths: Iterable[Path]) -> None:
         self.paths = list(dict.fromkeys(paths))
         self._stamps = [_stamp(path) for path in self.paths]
-        hashes, files, offsets, lengths = array("q"), array("H"), array("q"), array("I")
+        hashes, files, offsets, lengths, places = array("q"), array("H"), array("q"), array("I"), array("I")
         for file_no, path in enumerate(self.paths):
             with open(path, "rb") as handle:
                 offset = 0
@@ -68,26 +104,35 @@ class DatasetRows:
                         files.append(file_no)
                         offsets.append(offset)
                         lengths.append(len(line))
+                        places.append(len(places))
                     offset += len(line)
         order = sorted(range(len(hashes)), key=hashes.__getitem__)  # stable: file order among equal hashes
         self._hashes = array("q", (hashes[i] for i in order))
         self._files = array("H", (files[i] for i in order))
         self._offsets = array("q", (offsets[i] for i in order))
         self._lengths = array("I", (lengths[i] for i in order))
+        self._places = array("I", (places[i] for i in order))
 
     def __len__(self) -> int:
         return len(self._hashes)
 
     def find(self, key: str) -> dict[str, Any] | None:
         """The first row whose input is ``key`` (``input_key``), read back from its file; None when none is."""
+        found = self.find_all(key)
+        return found[0][1] if found else None
+
+    def find_all(self, key: str) -> list[tuple[int, dict[str, Any]]]:
+        """Every row whose input is ``key``, as ``(place, row)`` in file order (``place``: the row's 0-based
+        position among the files' rows)."""
         wanted = _hash(key)
         slot = bisect_left(self._hashes, wanted)
+        found = []
         while slot < len(self._hashes) and self._hashes[slot] == wanted:
             line = self._read(slot)
             if _input_of(line) == key:  # not just an equal hash
-                return json.loads(line)
+                found.append((self._places[slot], json.loads(line)))
             slot += 1
-        return None
+        return found
 
     def _read(self, slot: int) -> bytes:
         file_no = self._files[slot]
@@ -113,12 +158,27 @@ class RecordedTasks:
         self._paths = list(dataset_paths)
         self._rows: DatasetRows | None = None
         self._lock = threading.Lock()
+        self.ambiguous = 0
+        """Recordings matched to one of several rows that share their input with nothing to tell them apart."""
 
     def restore(self, task: Task) -> Task:
         """``task`` with the fields of its dataset row (see the module docs); unchanged when no row matches."""
-        original = self._dataset_rows().find(input_key(task.row[RESPONSES_CREATE_PARAMS].get("input")))
-        if original is None:
+        candidates = self._dataset_rows().find_all(input_key(task.row[RESPONSES_CREATE_PARAMS].get("input")))
+        if not candidates:
             return task
+        original, guessed = best_row(task.row, candidates)
+        if guessed:
+            with self._lock:
+                self.ambiguous += 1
+                first = self.ambiguous == 1
+            if first:
+                logger.warning(
+                    "%s: recordings share their prompt with several dataset rows that differ in other fields, and "
+                    "carry none of those fields: each is replayed on the best guess among them, which may not be the "
+                    "row it was recorded on (its reward can then differ). Fix: replay runs saved with --save-trace "
+                    "(their rows' own fields are recorded), or give such rows distinct prompts.",
+                    task.source,
+                )
         row = {key: value for key, value in original.items() if key != RESPONSES_CREATE_PARAMS}
         row[RESPONSES_CREATE_PARAMS] = task.row[RESPONSES_CREATE_PARAMS]
         for key in (*RECORDED_OUTPUTS, AGENT_REF):

@@ -1,8 +1,9 @@
 """A run's own saved results read back as recordings: ``verifiers-nemo eval --save-trace`` keeps each rollout's
 ``gym_result``, the Gym agent's own reply (what Gym's rollout collection writes: ``responses_create_params``, the whole
-``response``, ``reward`` and the row's fields), so a saved run replays like ``data/example_rollouts.jsonl`` or
-``ng_collect_rollouts`` output. A result saved before it kept ``gym_result`` is rebuilt from its policy calls when
-they were Responses requests (the Gym agent's own)."""
+``response``, ``reward`` and what of the row's fields its server echoes), and ``row_fields``, all of the row's own
+fields (so a replay gets back the row it ran on, even where rows share their prompt). A saved run then replays like
+``data/example_rollouts.jsonl`` or ``ng_collect_rollouts`` output. A result saved before it kept ``gym_result`` is
+rebuilt from its policy calls when they were Responses requests (the Gym agent's own)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ def as_recording(row: Any) -> Any:
         )
     agent_ref = {"agent_ref": {"type": "responses_api_agents", "name": row["agent"]}} if row.get("agent") else {}
     gym = row.get("gym_result")
+    own = row.get("row_fields") if isinstance(row.get("row_fields"), dict) else {}  # the row it ran on
     if isinstance(gym, dict) and isinstance(gym.get("responses_create_params"), dict) and "response" in gym:
-        return {**gym, "reward": row["reward"], **agent_ref}
+        return {**gym, **own, "reward": row["reward"], **agent_ref}
     calls = [c for c in row.get("trace") or () if isinstance(c, dict) and c.get("request") and c.get("response")]
     if calls and "input" not in calls[0]["request"]:
         raise RowError(
@@ -50,4 +52,4 @@ def as_recording(row: Any) -> Any:
         "response": {**last["response"], "output": output},
         "reward": row["reward"],
     }
-    return recording | agent_ref
+    return own | recording | agent_ref

@@ -13,7 +13,7 @@ AGENT_REF = "agent_ref"
 # Top-level fields a recorded rollout carries that are verify outputs, not task inputs.
 RECORDED_OUTPUTS = ("response", "reward")
 # Fields Gym's rollout collection stamps on rows; the harness stamps its own.
-_GYM_STAMP_PREFIX = "_ng_"
+GYM_STAMP_PREFIX = "_ng_"
 _EXAMPLE_ID_FIELDS = ("id", "example_id", "task_id")
 
 
@@ -82,7 +82,7 @@ class Task:
         row = {
             key: value
             for key, value in self.row.items()
-            if key not in RECORDED_OUTPUTS and not key.startswith(_GYM_STAMP_PREFIX)
+            if key not in RECORDED_OUTPUTS and not key.startswith(GYM_STAMP_PREFIX)
         }
         row[RESPONSES_CREATE_PARAMS] = {
             key: value for key, value in self.row[RESPONSES_CREATE_PARAMS].items() if value is not None
