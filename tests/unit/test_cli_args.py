@@ -292,11 +292,12 @@ FLAG_EFFECTS: dict[str, tuple[list[str], list[str]]] = {
     "renderer_model": (["--client-type", "train"], ["--renderer-model", "Qwen/Qwen3-8B"]),
     "renderer_config": (["--client-type", "train"], ["--renderer-config", '{"thinking_retention": "all"}']),
     "generate_shape": (["--client-type", "train", "--renderer-model", "d"], ["--generate-shape", "vllm-0.33"]),
+    "policy_script": ([], ["--policy-script", str(Path(__file__).parent / "policy_scripts" / "weather_policy.py")]),
 }
 """One use of every mapped flag, so a flag added to the parser and the mapping needs an effect here too."""
 FIELD_OF = {dest: name for name, spec in FIELDS.items() for dest in spec.flags}
-REPLAY_ONLY = {"generate_shape"}
-"""Flags of the replay policy: their run is `ENV` without -b."""
+REPLAY_ONLY = {"generate_shape", "policy_script"}
+"""Flags of the replay or script policy: their run is `ENV` without -b."""
 
 
 def _eval_argv(dest: str, with_flag: bool) -> list[str]:

@@ -190,6 +190,8 @@ def _run_eval(
     previous = done.count if done is not None else 0
     if settings.policy == "replay":
         header = f"{settings.nemo_env} with the replay policy (its recorded rollouts answer)"
+    elif settings.policy == "script":
+        header = f"{settings.nemo_env} with the policy script {settings.policy_script} (it answers as the model)"
     else:
         header = f"{settings.nemo_env} with {settings.model} @ {settings.base_url} ({settings.api} API)"
     say(
@@ -198,7 +200,7 @@ def _run_eval(
         + (f" ({len(expected) - previous} to run)" if previous else "")
         + (f"; saving to {folder.path}" if folder else "")
     )
-    if settings.policy != "replay" and not _bounds_output(settings.sampling_args):
+    if settings.policy == "endpoint" and not _bounds_output(settings.sampling_args):
         say(
             "warning: no max output tokens (-t N): a model that does not stop runs until its context is full, "
             f"and each such rollout ends at the {settings.timeout:g}s timeout. The progress line shows calls "
@@ -326,7 +328,7 @@ async def _execute(
     settings = evaluation.settings
     previous = tally.count
     progress = Progress()
-    if settings.policy != "replay":
+    if settings.policy == "endpoint":
         progress.watch_model(lambda: _model_waits(evaluation))
         progress.watch_replicas(lambda: evaluation.replicas.down() if evaluation.replicas is not None else [])
     overall = tally.overall

@@ -29,6 +29,8 @@ Policies:
   replay    (default without -b) the environment's recorded rollouts (data/example_rollouts.jsonl)
             answer as the model; no GPU or API key needed, and the rewards must match the recorded ones.
   endpoint  (default with -b) an OpenAI-compatible server at -b serving -m, spoken to with --api.
+  script    (with --policy-script FILE.py[:NAME]) a Python function of yours answers as the model: the
+            conversation and tools in, text or tool calls out; a first run of a new environment, no GPU.
 """
 
 EVAL_EPILOG = """\
@@ -47,8 +49,8 @@ results.jsonl, counted by type, and left out of reward and pass@k.
 Resume: -R <run folder> runs only the (task, rollout) pairs with no line there, with the saved settings;
 the summary covers all of them. Every saved line counts as done, errored ones (timeout, worker_lost, ...)
 included: delete those lines to run them again. -b, -k, -c, --timeout, --pass-threshold, the judges and
-the Ray flags may change; ENV, -m, --api, --policy, -n, -r, the sampling flags, -a, --save-trace and
---exact-tokens may not (a different value is refused).
+the Ray flags may change; ENV, -m, --api, --policy, --policy-script, -n, -r, the sampling flags, -a,
+--save-trace and --exact-tokens may not (a different value is refused).
 
 Exit status: 0 when the run finished (also when some rollouts failed: the output says so), 1 when
 it could not start or every rollout failed, 2 for bad arguments, 130/143 when interrupted.
@@ -58,6 +60,7 @@ Examples:
   verifiers-nemo eval example_multi_step,example_single_tool_call   # a mix: one Gym stack each
   verifiers-nemo eval example_multi_step -m Qwen/Qwen3-8B -b http://gpu-node:8000/v1 -n 100 -r 4 -c 64 -s
   verifiers-nemo eval nemo-gym-env -a '{"nemo_env": "example_single_tool_call"}' -s
+  verifiers-nemo eval ./my_env --policy-script my_policy.py:policy --save-trace   # a scripted first run
   verifiers-nemo eval -R outputs/evals/example_multi_step--replay/20250101-120000-a1b2c3
 """
 
@@ -236,8 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model.add_argument(
         "--policy",
-        choices=("replay", "endpoint"),
-        help="who answers the policy calls (default: endpoint with -b, else replay)",
+        choices=("replay", "endpoint", "script"),
+        help="who answers the policy calls (default: endpoint with -b, script with --policy-script, else replay)",
+    )
+    model.add_argument(
+        "--policy-script",
+        metavar="FILE.py[:NAME]",
+        help="a Python function answers as the model: NAME(messages, tools) returns the assistant's text, a tool "
+        "call {'name': TOOL, 'arguments': {...}} or a list of them (NAME defaults to policy; implies --policy "
+        "script)",
     )
 
     judge = ev.add_argument_group(

@@ -33,6 +33,7 @@ FIELDS: dict[str, SettingFlags] = {
     "api_key_var": SettingFlags(("api_key_var",), "-k"),
     "api": SettingFlags(("api",), "--api"),
     "policy": SettingFlags(("policy",), "--policy"),
+    "policy_script": SettingFlags(("policy_script",), "--policy-script"),
     "num_examples": SettingFlags(("num_examples",), "-n"),
     "rollouts_per_example": SettingFlags(("rollouts_per_example",), "-r"),
     "max_concurrent": SettingFlags(("max_concurrent",), "-c"),
@@ -99,12 +100,16 @@ def given_fields(args: argparse.Namespace) -> dict[str, Any]:
 def new_settings(args: argparse.Namespace) -> EvalSettings:
     """Settings of a fresh run from the flags (raises ConfigurationError on a bad combination)."""
     from .._eval import ENV_PACKAGE, REPLAY_MODEL, EvalSettings, benchmark_repeats, resolve_nemo_env
+    from .._policy_script import SCRIPT_MODEL
 
     given = given_fields(args)
     if not given.get("env"):
         raise ConfigurationError("name the environment to evaluate (ENV), or resume a run with -R DIR.")
-    policy = given.setdefault("policy", "endpoint" if "base_url" in given else "replay")
-    if policy == "replay":
+    default_policy = "script" if "policy_script" in given else "endpoint" if "base_url" in given else "replay"
+    policy = given.setdefault("policy", default_policy)
+    if policy == "script" or "policy_script" in given:
+        _check_script_policy(given)
+    elif policy == "replay":
         if "base_url" in given:
             raise ConfigurationError(
                 "--policy replay answers with recorded rollouts; drop -b (or use --policy endpoint)."
@@ -127,10 +132,40 @@ def new_settings(args: argparse.Namespace) -> EvalSettings:
     given["nemo_env"] = resolve_nemo_env(given["env"], given.get("env_args", {}))
     if given["env"] not in (ENV_PACKAGE, ENV_PACKAGE.replace("-", "_")):
         given["env"] = given["nemo_env"]  # a folder of yours by its absolute path: a resume elsewhere finds it
-    given["model"] = REPLAY_MODEL if policy == "replay" else given.get("model", "")
+    given["model"] = {"replay": REPLAY_MODEL, "script": SCRIPT_MODEL}.get(policy) or given.get("model", "")
     if "rollouts_per_example" not in given and (repeats := benchmark_repeats(given["nemo_env"])):
         given["rollouts_per_example"] = repeats  # Gym's own default for its benchmarks (num_repeats); -r overrides
     return EvalSettings(**given)
+
+
+def _check_script_policy(given: dict[str, Any]) -> None:
+    """A policy script answers as the model, in this process: no endpoint, key or engine goes with it."""
+    from .._policy_script import load_policy_function, split_policy_spec
+
+    if given["policy"] != "script":
+        raise ConfigurationError(
+            f"--policy-script answers as the model: drop --policy {given['policy']} (or drop --policy-script)."
+        )
+    if "policy_script" not in given:
+        raise ConfigurationError(
+            "--policy script needs --policy-script FILE.py[:NAME] (the function that answers as the model)."
+        )
+    for name, why in (
+        ("base_url", "-b: a policy script is the model; drop -b (or drop --policy-script)"),
+        ("model", "-m: a policy script answers as the model 'script'; drop -m"),
+        ("api_key_var", "-k: a policy script needs no key; drop -k"),
+        ("exact_tokens", "--exact-tokens needs a vLLM endpoint; a policy script samples no tokens: drop it"),
+        ("ray", "--ray: a policy script runs in this process, Ray actors elsewhere cannot call it: drop --ray"),
+    ):
+        if name in given:
+            raise ConfigurationError(f"--policy-script with {why}.")
+    if given.get("client_type") == "train":
+        raise ConfigurationError(
+            "--client-type train samples from an engine's token route, which a policy script has none of: drop it."
+        )
+    load_policy_function(given["policy_script"])  # refused now, in one line, not in every rollout
+    path, name = split_policy_spec(given["policy_script"])
+    given["policy_script"] = f"{path.resolve()}:{name}"  # a resume from elsewhere finds it
 
 
 _TRAINING_ONLY = ("renderer", "renderer_model", "renderer_config", "generate_shape")
@@ -204,6 +239,11 @@ def resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSetti
     if args.output_dir is not None:
         raise ConfigurationError("-o has no effect with -R: the run's folder is DIR itself.")
     given = given_fields(args)
+    if "policy_script" in given:  # as the run saved it
+        from .._policy_script import split_policy_spec
+
+        path, name = split_policy_spec(given["policy_script"])
+        given["policy_script"] = f"{path.resolve()}:{name}"
     for name in RUN_DEFINING:
         if name in given and given[name] != getattr(saved, name):
             label = FIELDS[name].label if name in FIELDS else name
@@ -214,6 +254,8 @@ def resumed_settings(args: argparse.Namespace, saved: EvalSettings) -> EvalSetti
             )
     if saved.policy == "replay" and "base_url" in given:
         raise ConfigurationError("the resumed run replays recorded rollouts; drop -b.")
+    if saved.policy == "script" and "base_url" in given:
+        raise ConfigurationError(f"the resumed run's model is the policy script {saved.policy_script}; drop -b.")
     return replace(saved, **{k: v for k, v in given.items() if k not in RUN_DEFINING})
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .._endpoint import Endpoint
     from .._factory import NeMoGymEnv
     from .._harness import NeMoGymHarness
+    from .._policy_script import ScriptPolicyServer
     from .._replay import ReplayServer
     from .._replicas import Replicas
     from .._result import RolloutResult
@@ -68,6 +69,7 @@ class Evaluation:
         self.tasks = RunTasks([], settings.rollouts_per_example)
         """The run's tasks (made as they are taken; ``load()`` fills it)."""
         self._replay: ReplayServer | None = None
+        self._script: ScriptPolicyServer | None = None
         self.pool: NeMoGymPool | None = None
         """With ``settings.ray``: the Ray actors that run the rollouts (``env.harness`` only checks then)."""
         self.training: TrainingClientRunner | None = None
@@ -268,6 +270,8 @@ class Evaluation:
             return None  # the training client's engine is the runner's
         if s.policy == "replay":
             return None if self.pool is not None else self._replay_server().endpoint_for
+        if s.policy == "script":
+            return self._script_endpoint()
         assert s.base_url is not None
         replicas = [
             Endpoint(
@@ -280,6 +284,16 @@ class Evaluation:
         if self.replicas is None:  # the least-loaded live one first; one that does not connect is left
             self.replicas = Replicas(replicas)
         return self.replicas
+
+    def _script_endpoint(self) -> Endpoint:
+        """The policy script of the run, served on 127.0.0.1 (started here, once)."""
+        from .._endpoint import Endpoint
+        from .._policy_script import ScriptPolicyServer
+
+        assert self.settings.policy_script is not None
+        if self._script is None:
+            self._script = ScriptPolicyServer.from_spec(self.settings.policy_script).start()
+        return Endpoint(base_url=self._script.base_url, model=self._script.name, api=self.settings.api, name="script")
 
     async def start(self, observer: RunObserver) -> None:
         """Start the Gym stack (shown as its own step)."""
@@ -354,6 +368,9 @@ class Evaluation:
         if self._replay is not None:
             self._replay.stop()
             self._replay = None
+        if self._script is not None:
+            self._script.stop()
+            self._script = None
         if self.pool is not None:
             await self.pool.aclose()
         if self.training is not None:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from .._exceptions import ConfigurationError, UnknownEnvironmentError
 
-Policy = Literal["replay", "endpoint"]
+Policy = Literal["replay", "endpoint", "script"]
 
 ENV_PACKAGE = "nemo-gym-env"
 """The installable environment package; its Gym environment comes from ``env_args["nemo_env"]``."""
@@ -66,6 +66,8 @@ class EvalSettings:
     """The model (Hugging Face name or local folder) whose tokenizer the renderer uses (default: ``model``)."""
     renderer_config: dict[str, Any] = field(default_factory=dict)
     """More ``[client.renderer]`` keys (a custom renderer's own, ``thinking_retention``, ``chat_template``...)."""
+    policy_script: str | None = None
+    """``policy == "script"``: the function that answers as the model, ``/abs/FILE.py:NAME``."""
     generate_shape: str | None = None
     """The replay engine's ``/inference/v1/generate`` reply shape under the training client: ``vllm-0.31`` (the
     default; prime-rl's inference server's too), ``vllm-0.32`` or ``vllm-0.33`` (with weight versions)."""
@@ -100,6 +102,7 @@ RUN_DEFINING = (
     "env",
     "nemo_env",
     "policy",
+    "policy_script",
     "model",
     "api",
     "num_examples",

@@ -31,6 +31,26 @@ class FunctionUpstream:
         self.handler = handler
         self.chat = chat
 
+    @classmethod
+    def from_policy(cls, function: Callable[..., Any]) -> FunctionUpstream:
+        """A policy script as the upstream: ``function(messages, tools)`` answers as the model, in the shape
+        ``eval --policy-script`` takes (see ``verifiers_nemo._policy_script``), for Responses and chat calls."""
+        from .._policy_script import call_policy, chat_reply, responses_reply
+        from .._protocol import to_chat_messages, to_chat_tools
+
+        async def responses(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+            messages = to_chat_messages(body.get("input") or [])
+            if isinstance(body.get("instructions"), str) and body["instructions"]:
+                messages.insert(0, {"role": "system", "content": body["instructions"]})
+            answer = await call_policy(function, messages, to_chat_tools(body.get("tools") or []))
+            return responses_reply(answer, endpoint.model or "script")
+
+        async def chat(endpoint: Endpoint, body: dict[str, Any]) -> dict[str, Any]:
+            answer = await call_policy(function, list(body.get("messages") or []), list(body.get("tools") or []))
+            return chat_reply(answer, endpoint.model or "script")
+
+        return cls(responses, chat=chat)
+
     async def create_response(
         self, session: aiohttp.ClientSession, endpoint: Endpoint, body: dict[str, Any]
     ) -> UpstreamReply:
