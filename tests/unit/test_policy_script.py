@@ -78,7 +78,7 @@ def test_text_and_tool_calls_become_replies_the_openai_types_accept() -> None:
 
 
 def test_anything_else_returned_is_a_type_error_naming_what_a_script_returns() -> None:
-    with pytest.raises(TypeError, match="returns text, a tool call .* not int 42"):
+    with pytest.raises(TypeError, match=r"returns text, a tool call .* not int 42"):
         responses_reply(42)
 
 

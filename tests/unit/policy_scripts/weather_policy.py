@@ -1,4 +1,4 @@
-"""A policy script as a user writes one (``eval --policy-script weather_policy.py``): call the tool once, then answer."""
+"""A policy script as a user writes one (``--policy-script weather_policy.py``): call the tool once, then answer."""
 
 
 def policy(messages: list[dict], tools: list[dict]) -> str | dict:
