@@ -113,6 +113,7 @@ EFFECT_TESTS: dict[str, str] = {
     "eval --api-key-var": E + "test_api_key_var_is_the_key_the_upstream_received",
     "eval --api": E + "test_api_chat_speaks_chat_completions_to_the_base_url",
     "eval --policy": "tests/unit/test_cli_args.py::test_bad_input_exits_2_before_anything_starts",
+    "eval --policy-script": "tests/e2e/test_own_envs.py::test_a_new_stateful_environment_runs_on_a_policy_script_and_its_saved_run_replays_row_for_row",
     "eval --judge-base-url": U + "test_judge_flags_are_the_judges_the_run_s_harness_sends_calls_to",
     "eval --judge-model": U + "test_judge_flags_are_the_judges_the_run_s_harness_sends_calls_to",
     "eval --judge-api-key-var": U + "test_judge_flags_are_the_judges_the_run_s_harness_sends_calls_to",

@@ -252,3 +252,147 @@ def write_judged_env(root: Path, name: str = "judged_weather") -> Path:
     )
     config.write_text(text + JUDGE_ENTRY)
     return folder
+
+
+GUESS_APP = """
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, Field
+
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+)
+from nemo_gym.server_utils import SESSION_ID_KEY
+
+
+class HiddenNumberConfig(BaseResourcesServerConfig):
+    pass
+
+
+class HiddenNumberSeedRequest(BaseSeedSessionRequest):
+    secret: int
+
+
+class GuessRequest(BaseModel):
+    number: int
+
+
+class GuessResponse(BaseModel):
+    result: str
+
+
+class HiddenNumberServer(SimpleResourcesServer):
+    config: HiddenNumberConfig
+    secrets: dict[str, int] = Field(default_factory=dict)
+    solved: dict[str, bool] = Field(default_factory=dict)
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/guess")(self.guess)
+        return app
+
+    async def seed_session(self, request: Request, body: HiddenNumberSeedRequest) -> BaseSeedSessionResponse:
+        session_id = request.session[SESSION_ID_KEY]
+        self.secrets[session_id] = body.secret
+        self.solved[session_id] = False
+        return BaseSeedSessionResponse()
+
+    async def guess(self, request: Request, body: GuessRequest) -> GuessResponse:
+        session_id = request.session[SESSION_ID_KEY]
+        secret = self.secrets[session_id]
+        if body.number == secret:
+            self.solved[session_id] = True
+            return GuessResponse(result="correct")
+        return GuessResponse(result="higher" if secret > body.number else "lower")
+
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        session_id = request.session[SESSION_ID_KEY]
+        reward = 1.0 if self.solved.pop(session_id, False) else 0.0
+        self.secrets.pop(session_id, None)
+        return BaseVerifyResponse(**body.model_dump(), reward=reward)
+
+
+if __name__ == "__main__":
+    HiddenNumberServer.run_webserver()
+"""
+"""A stateful environment as Gym's ``example_session_state_mgmt`` is written: ``/seed_session`` keeps the row's
+hidden ``secret`` for the session (Gym's session cookie names it), the ``guess`` tool answers higher / lower /
+correct against it across turns, and ``verify`` scores from the session's state (the verify request carries no
+``secret``, so Gym's reply does not echo it)."""
+
+GUESS_TOOL = {
+    "type": "function",
+    "name": "guess",
+    "description": "Guess the hidden number; answers higher, lower or correct.",
+    "parameters": {
+        "type": "object",
+        "properties": {"number": {"type": "integer"}},
+        "required": ["number"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+GUESS_SECRETS = (3, 7, 1, 9)
+"""Four rows, one prompt: they differ only in the secret the model never sees."""
+
+GUESS_POLICY = '''
+import json
+
+LOW, HIGH, TRIES = 1, 10, 3
+
+
+def policy(messages, tools):
+    """Binary search with three guesses, read back from the conversation."""
+    low, high, tries = LOW, HIGH, 0
+    last_guess = None
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            last_guess = json.loads(call["function"]["arguments"])["number"]
+            tries += 1
+        if message["role"] == "tool":
+            result = json.loads(message["content"])["result"]
+            if result == "correct":
+                return f"It is {last_guess}."
+            low, high = (last_guess + 1, high) if result == "higher" else (low, last_guess - 1)
+    if tries == TRIES:
+        return "I give up."
+    return {"name": "guess", "arguments": {"number": (low + high) // 2}}
+'''
+"""A policy script (``eval --policy-script``): found in three guesses for 3, 1 and 9, not for 7."""
+
+
+def guess_rewards() -> list[float]:
+    """What ``GUESS_POLICY`` scores on ``GUESS_SECRETS``, row by row."""
+    rewards = []
+    for secret in GUESS_SECRETS:
+        low, high, found = 1, 10, False
+        for _ in range(3):
+            guess = (low + high) // 2
+            if guess == secret:
+                found = True
+                break
+            low, high = (guess + 1, high) if secret > guess else (low, guess - 1)
+        rewards.append(1.0 if found else 0.0)
+    return rewards
+
+
+def write_guess_env(root: Path, name: str = "hidden_number") -> Path:
+    """``GUESS_APP`` in ``root/resources_servers/<name>`` with its four rows (no recordings: a new environment).
+    Returns its folder."""
+    folder = root / "resources_servers" / name
+    (folder / "configs").mkdir(parents=True, exist_ok=True)
+    (folder / "data").mkdir(exist_ok=True)
+    (folder / "app.py").write_text(textwrap.dedent(GUESS_APP))
+    (folder / "requirements.txt").write_text("")
+    (folder / "configs" / f"{name}.yaml").write_text(config_yaml(name))
+    prompt = {
+        "input": [{"role": "user", "content": "Find my hidden number between 1 and 10 with the guess tool."}],
+        "tools": [GUESS_TOOL],
+    }
+    rows = [{"responses_create_params": prompt, "secret": secret} for secret in GUESS_SECRETS]
+    (folder / "data" / "example.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder

@@ -204,3 +204,35 @@ async def test_a_judge_of_your_folder_s_config_is_routed_to_the_judge_you_give(t
     }  # fmt: skip
     assert judge_server.calls == 5 and judge_server.authorizations == {"Bearer judge-key-2c3d"}
     assert policy_server.calls == 10 and policy_server.authorizations == {"Bearer policy-key-0a1b"}
+
+
+@pytest.mark.parametrize("release", ["gym-0.4", "gym-0.7"])
+def test_a_new_stateful_environment_runs_on_a_policy_script_and_its_saved_run_replays_row_for_row(
+    tmp_path: Path, release: str
+) -> None:
+    """An author's first hour: a new environment with per-session state (four rows, one prompt, a hidden secret
+    each), no recordings and no model. A policy script plays it (3 of 4 found); the run saved with --save-trace
+    then replays as recordings, each on the row it ran on (the secret reaches /seed_session again), 4/4."""
+    from tests.own_envs import GUESS_POLICY, guess_rewards, write_guess_env
+
+    environ = {"VERIFIERS_NEMO_GYM_PYTHON": str(GYM07)} if release == "gym-0.7" else {}
+    folder = write_guess_env(tmp_path)
+    (tmp_path / "guess_policy.py").write_text(GUESS_POLICY)
+
+    code, output = _run("eval", str(folder), "--policy-script", "guess_policy.py", "--save-trace", "-o", "first",
+                        cwd=tmp_path, **environ)  # fmt: skip
+    assert code == 0, output[-3000:]
+    assert f"with the policy script {tmp_path / 'guess_policy.py'}:policy" in output
+    rows, metadata, run_dir = _saved(tmp_path / "first")
+    by_task = sorted(rows, key=lambda r: r["task_index"])
+    assert [r["reward"] for r in by_task] == guess_rewards() == [1.0, 0.0, 1.0, 1.0]
+    assert [r["row_fields"]["secret"] for r in by_task] == [3, 7, 1, 9]
+    assert metadata["settings"]["policy"] == "script" and run_dir.parent.name == "hidden_number--script"
+
+    recordings = json.dumps({"jsonl_path": str(run_dir / "results.jsonl")})
+    code, output = _run("eval", str(folder), "-a", recordings, "-s", "-o", "replayed", cwd=tmp_path, **environ)
+    assert code == 0, output[-3000:]
+    assert "4/4 rewards equal the recorded ones" in output
+    assert "share their prompt" not in output
+    replayed, _, _ = _saved(tmp_path / "replayed")  # its tasks: the saved lines, in the order they finished
+    assert [r["reward"] for r in sorted(replayed, key=lambda r: r["task_index"])] == [r["reward"] for r in rows]
