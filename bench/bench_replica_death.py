@@ -52,7 +52,11 @@ def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
     }
 
 
-def serve(port_file: Path, die_after: int | None) -> None:
+def serve(port_file: Path, die_after: int | None, fault: str = "die", slow_s: float = 0.0) -> None:
+    """``fault`` after ``die_after`` calls: ``die`` (SIGKILL), ``freeze`` (SIGSTOP: connections still accepted, never
+    answered), ``slow`` (every later call answered after ``slow_s`` seconds; ``GET /models`` at once)."""
+    import asyncio
+
     from aiohttp import web
 
     calls = 0
@@ -61,7 +65,12 @@ def serve(port_file: Path, die_after: int | None) -> None:
         nonlocal calls
         calls += 1
         if die_after is not None and calls > die_after:
-            os.kill(os.getpid(), signal.SIGKILL)  # killed mid-request: the call gets no answer
+            if fault == "die":
+                os.kill(os.getpid(), signal.SIGKILL)  # killed mid-request: the call gets no answer
+            elif fault == "freeze":
+                os.kill(os.getpid(), signal.SIGSTOP)  # frozen mid-request until SIGCONT
+            else:
+                await asyncio.sleep(slow_s)
         body = await request.json()
         items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
         user = "".join(
@@ -107,19 +116,19 @@ def serve(port_file: Path, die_after: int | None) -> None:
         port_file.write_text(str(runner.addresses[0][1]))
         await asyncio.Event().wait()
 
-    import asyncio
-
     asyncio.run(main())
 
 
 # -- the benchmark ---------------------------------------------------------------------------------
 
 
-def _start_server(folder: Path, name: str, die_after: int | None) -> tuple[subprocess.Popen[bytes], str]:
+def _start_server(
+    folder: Path, name: str, die_after: int | None, fault: str = "die", slow_s: float = 0.0
+) -> tuple[subprocess.Popen[bytes], str]:
     port_file = folder / f"{name}.port"
     args = [sys.executable, str(HERE), "--serve", "--port-file", str(port_file)]
     if die_after is not None:
-        args += ["--serve-die-after", str(die_after)]
+        args += ["--serve-die-after", str(die_after), "--serve-fault", fault, "--serve-slow-s", str(slow_s)]
     proc = subprocess.Popen(args, start_new_session=True)
     deadline = time.monotonic() + 30
     while not port_file.exists() or not port_file.read_text():
@@ -181,9 +190,11 @@ def main() -> None:
     parser.add_argument("-r", "--repeats", type=int, default=60, help="rollouts per example (5 x 60 = 300)")
     parser.add_argument("-c", "--concurrency", type=int, default=8)
     parser.add_argument("--before", type=Path, help="another checkout to run the same command with, first")
+    parser.add_argument("--serve-fault", default="die", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-slow-s", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.port_file, args.serve_die_after)
+        serve(args.port_file, args.serve_die_after, args.serve_fault, args.serve_slow_s)
         return
     runs = []
     if args.before is not None:

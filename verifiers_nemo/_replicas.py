@@ -7,12 +7,22 @@ A replica that answers with an HTTP error (a 400 context overflow, a 500) answer
 down is probed (``GET {base_url}/models``, with backoff) and rejoins when it answers anything at all; so does a
 replica that answers a call. Every outage is kept (when, how long, why) for the progress line and the summary.
 
+A replica that *hangs* (it accepts connections and never answers: a frozen process, an engine stuck in a
+collective) is found while it hangs, not at the end of each call's budget: when its oldest call has waited
+``hang_after`` seconds and it has answered nothing in that time, it is probed (``GET {base_url}/models`` within
+``hang_probe_timeout`` seconds); no answer while another replica is live, and it leaves the rotation and its
+unanswered calls are sent again to a live replica. A replica that is merely slow (long generations, a loaded
+engine) answers the probe, so it stays, however long its calls take. An engine whose HTTP front still answers
+while its engine hangs is found only by the call's ``--timeout``.
+
 Safe to use from several threads: rollouts are placed on the run's event loop, calls fail over on the routing
-proxy's, and probes run on a thread of their own that exists only while a replica is down.
+proxy's, probes of replicas that are out run on a thread of their own that exists only while one is down, and the
+hang watch on another that exists only while calls are in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -33,6 +43,11 @@ Probe = Callable[[Endpoint], bool]
 PROBE_TIMEOUT_S = 5.0
 PROBE_FIRST_S = 0.5
 PROBE_MAX_S = 15.0
+HANG_AFTER_S = 5.0
+"""A replica whose oldest call has waited this long, with no answer from it meanwhile, is probed."""
+HANG_PROBE_TIMEOUT_S = 2.0
+"""A probed replica that gives no HTTP answer within this is hung (while another replica is live)."""
+HANG_CHECK_S = 0.5
 
 
 def http_probe(endpoint: Endpoint, timeout: float = PROBE_TIMEOUT_S) -> bool:
@@ -83,8 +98,32 @@ class Outage:
         }
 
 
+class CallWatch:
+    """One policy call waiting on a replica, as the hang watch sees it (``Replicas.watch``)."""
+
+    __slots__ = ("hung", "loop", "replica", "started", "task")
+
+    def __init__(self, replica: _Replica, task: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.replica = replica
+        self.task = task
+        self.loop = loop
+        self.started = time.monotonic()
+        self.hung: str | None = None
+        """Why the watch cancelled the call (its replica hung), else None."""
+
+
 class _Replica:
-    __slots__ = ("endpoint", "in_flight", "last_used", "next_probe", "outage", "probe_wait", "rejoined_at")
+    __slots__ = (
+        "calls",
+        "endpoint",
+        "in_flight",
+        "last_answer",
+        "last_used",
+        "next_probe",
+        "outage",
+        "probe_wait",
+        "rejoined_at",
+    )
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -94,6 +133,8 @@ class _Replica:
         self.next_probe = 0.0
         self.probe_wait = PROBE_FIRST_S
         self.rejoined_at = 0.0
+        self.calls: set[CallWatch] = set()
+        self.last_answer = time.monotonic()
 
 
 class Replicas:
@@ -102,7 +143,8 @@ class Replicas:
     Pass it (or a plain list, which makes one per run) as ``endpoints=`` of ``NeMoGymHarness.run`` /
     ``NeMoGymPool.run``. ``probe`` says whether a replica that is out answers (default: ``GET
     {base_url}/models``, any HTTP answer); ``probe_first`` / ``probe_max`` bound the backoff between probes.
-    ``close()`` stops the probing (idempotent; also a context manager).
+    ``hang_after`` / ``hang_probe_timeout`` find a replica that hangs (see the module docs; ``hang_after=None``:
+    never). ``close()`` stops the probing (idempotent; also a context manager).
     """
 
     def __init__(
@@ -112,6 +154,8 @@ class Replicas:
         probe: Probe | None = None,
         probe_first: float = PROBE_FIRST_S,
         probe_max: float = PROBE_MAX_S,
+        hang_after: float | None = HANG_AFTER_S,
+        hang_probe_timeout: float = HANG_PROBE_TIMEOUT_S,
     ) -> None:
         self._replicas = [_Replica(e) for e in endpoints]
         if not self._replicas:
@@ -120,6 +164,9 @@ class Replicas:
             if not isinstance(replica.endpoint, Endpoint):
                 raise ConfigurationError(f"Replicas takes Endpoint objects, not {type(replica.endpoint).__name__}.")
         self._probe = probe or http_probe
+        self._hang_probe: Probe = probe or (lambda endpoint: http_probe(endpoint, timeout=hang_probe_timeout))
+        self.hang_after = hang_after
+        self._watcher: threading.Thread | None = None
         self._probe_first = probe_first
         self._probe_max = probe_max
         self._lock = threading.Lock()
@@ -212,8 +259,79 @@ class Replicas:
         """The replica answered: back into the rotation (when it was out)."""
         with self._lock:
             replica = self._find(endpoint)
-            if replica is not None and replica.outage is not None:
-                self._mark_up(replica)
+            if replica is not None:
+                replica.last_answer = time.monotonic()
+                if replica.outage is not None:
+                    self._mark_up(replica)
+
+    # -- the hang watch ------------------------------------------------------------------------
+
+    def watch(self, endpoint: Endpoint, task: asyncio.Future[Any]) -> CallWatch | None:
+        """Watch a call (``task``, on the running loop) waiting on ``endpoint``: when the replica hangs, the task is
+        cancelled and the watch says why (``hung``), so the caller sends the call elsewhere. ``unwatch`` it when the
+        call ends. None when there is nothing to watch (one replica, the watch off, ``endpoint`` none of these)."""
+        if self.hang_after is None or len(self._replicas) < 2:
+            return None
+        with self._lock:
+            replica = self._find(endpoint)
+            if replica is None or self._closed:
+                return None
+            call = CallWatch(replica, task, asyncio.get_running_loop())
+            if replica.outage is not None and any(o.outage is None for o in self._replicas if o is not replica):
+                call.hung = f"{replica.endpoint.label} is out of the rotation ({replica.outage.reason})"
+                call.loop.call_soon(task.cancel)  # a later call of a rollout still on it: sent elsewhere at once
+                return call
+            replica.calls.add(call)
+            if self._watcher is None or not self._watcher.is_alive():
+                self._watcher = threading.Thread(target=self._watch_loop, name="verifiers-nemo-hang-watch", daemon=True)
+                self._watcher.start()
+            return call
+
+    def unwatch(self, call: CallWatch | None) -> None:
+        """The watched call ended (idempotent)."""
+        if call is not None:
+            with self._lock:
+                call.replica.calls.discard(call)
+
+    def _watch_loop(self) -> None:
+        assert self.hang_after is not None
+        while True:
+            with self._lock:
+                if self._closed or not any(r.calls for r in self._replicas):
+                    self._watcher = None
+                    return
+                now = time.monotonic()
+                suspects = [
+                    r
+                    for r in self._replicas
+                    if r.outage is None
+                    and r.calls
+                    and now - min(c.started for c in r.calls) >= self.hang_after
+                    and now - r.last_answer >= self.hang_after
+                    and any(o.outage is None for o in self._replicas if o is not r)
+                ]
+            for replica in suspects:
+                if self._answers(self._hang_probe, replica.endpoint):
+                    with self._lock:
+                        replica.last_answer = time.monotonic()  # slow, not hung: look again after hang_after
+                    continue
+                self._hung(replica)
+            time.sleep(HANG_CHECK_S)
+
+    def _hung(self, replica: _Replica) -> None:
+        with self._lock:
+            if replica.outage is not None or not any(o.outage is None for o in self._replicas if o is not replica):
+                return
+            waited = time.monotonic() - min((c.started for c in replica.calls), default=time.monotonic())
+            reason = (
+                f"hung: {len(replica.calls)} call(s) unanswered for {waited:.1f} s and no answer to GET /models; "
+                "its calls moved to a live replica"
+            )
+            self._mark_down(replica, reason)
+            calls, replica.calls = list(replica.calls), set()
+        for call in calls:
+            call.hung = reason
+            call.loop.call_soon_threadsafe(call.task.cancel)
 
     def _mark_down(self, replica: _Replica, reason: str) -> None:
         if replica.outage is not None or self._closed:
@@ -237,6 +355,7 @@ class Replicas:
         assert outage is not None
         outage.seconds = time.monotonic() - outage._t0
         replica.outage = None
+        replica.last_answer = time.monotonic()
         replica.rejoined_at = time.time()
         logger.warning("replica %s answers again: back in the rotation after %.1f s", outage.replica, outage.seconds)
 
@@ -268,7 +387,7 @@ class Replicas:
                 self._wake.clear()
                 continue
             for replica in due:
-                answered = self._probe_safely(replica.endpoint)
+                answered = self._answers(self._probe, replica.endpoint)
                 with self._lock:
                     if replica.outage is None or self._closed:
                         continue
@@ -278,9 +397,10 @@ class Replicas:
                         replica.probe_wait = min(self._probe_max, replica.probe_wait * 2)
                         replica.next_probe = time.monotonic() + replica.probe_wait
 
-    def _probe_safely(self, endpoint: Endpoint) -> bool:
+    @staticmethod
+    def _answers(probe: Probe, endpoint: Endpoint) -> bool:
         try:
-            return bool(self._probe(endpoint))
+            return bool(probe(endpoint))
         except Exception:  # a probe of the user's that raised: still out
             logger.debug("probe of %s raised", endpoint.label, exc_info=True)
             return False
@@ -294,10 +414,11 @@ class Replicas:
                     if replica.outage is not None:
                         replica.outage._closed_at = now  # still out when the run ended: its length stops here
             self._closed = True
-            prober = self._prober
+            prober, watcher = self._prober, self._watcher
         self._wake.set()
-        if prober is not None and prober is not threading.current_thread():
-            prober.join(timeout=PROBE_TIMEOUT_S + 1.0)
+        for thread in (prober, watcher):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=PROBE_TIMEOUT_S + 1.0)
 
     def __enter__(self) -> Replicas:
         return self

@@ -269,6 +269,87 @@ async def test_a_replica_that_answers_a_call_rejoins_without_waiting_for_its_pro
             route.close()
 
 
+class Frozen:
+    """A replica that hangs: it accepts each connection and never answers (a SIGSTOPped engine; the kernel still
+    accepts), counting them."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self._server: asyncio.Server | None = None
+        self._held: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> Frozen:
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.accepted += 1
+            self._held.append(writer)
+
+        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        for writer in self._held:
+            writer.close()
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+
+
+async def test_a_replica_that_hangs_leaves_the_rotation_while_it_hangs_and_its_call_moves(
+    proxy: RoutingProxy, client: aiohttp.ClientSession
+) -> None:
+    """The call's budget is 60 s; the hang watch finds the frozen replica (its call waits, GET /models gets no
+    answer while the other replica is live), takes it out and sends the call to the live one, long before."""
+    async with Frozen() as frozen, FakeUpstream("live") as live:
+        a, b = endpoint("a", frozen.base_url), endpoint("b", live.base_url)
+        with Replicas([a, b], probe_first=60, hang_after=0.3, hang_probe_timeout=0.5) as replicas:
+            route = proxy.open_route(a, lease=replicas.acquire(prefer=a))
+
+            status, reply = await asyncio.wait_for(post(client, proxy, route.key), 50)
+
+            assert status == 200 and answered_by(reply) == "live"
+            assert route.failed_over == ["a"] and route.error is None
+            assert [name for name, _ in replicas.down()] == ["a"]
+            (outage,) = replicas.outages()
+            assert outage.reason.startswith("hung: 1 call(s) unanswered for") and "GET /models" in outage.reason
+            later = await post(client, proxy, route.key)  # the rollout's next call: on the live one
+            assert answered_by(later[1]) == "live" and frozen.accepted >= 1
+            route.close()
+
+
+async def test_a_slow_replica_that_answers_its_probe_is_never_taken_out(
+    proxy: RoutingProxy, client: aiohttp.ClientSession
+) -> None:
+    """A long generation is not a hang: the replica's call waits well past hang_after, its probe answers, and the
+    call stays where it is."""
+    probe = SwitchProbe()
+    probe.alive = {"a", "b"}
+    async with FakeUpstream("slow") as slow, FakeUpstream("other") as other:
+        slow.script(FakeReply.hang())
+        a, b = endpoint("a", slow.base_url), endpoint("b", other.base_url)
+        with Replicas([a, b], probe=probe, hang_after=0.2) as replicas:
+            route = proxy.open_route(a, lease=replicas.acquire(prefer=a))
+            waiting = asyncio.ensure_future(post(client, proxy, route.key))
+
+            await asyncio.to_thread(until, lambda: probe.probed.get("a", 0) >= 3)
+
+            assert not waiting.done() and not replicas.down() and not route.failed_over
+            assert not other.requests and "b" not in probe.probed  # only the replica with a waiting call is asked
+            waiting.cancel()
+            route.close()
+
+
+def test_a_replica_whose_calls_the_watch_never_sees_is_left_to_the_call_s_budget() -> None:
+    """One replica (nowhere to move a call), or the watch turned off: nothing is watched."""
+    task: Any = object()
+    assert Replicas([endpoint("a")]).watch(endpoint("a"), task) is None
+    assert Replicas([endpoint("a"), endpoint("b")], hang_after=None).watch(endpoint("a"), task) is None
+
+
 # -- what the user reads ---------------------------------------------------------------------------
 
 

@@ -391,8 +391,19 @@ async def _on_replicas(
         endpoint = route.endpoint
         alone = not lease.replicas.live_besides(endpoint)
         token = FAIL_FAST_UNREACHABLE.set(not alone)
+        call = asyncio.ensure_future(route.upstream.create_response(session, endpoint, body))
+        watch = lease.replicas.watch(endpoint, call)
         try:
-            reply = await route.upstream.create_response(session, endpoint, body)
+            try:
+                reply = await call
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if watch is None or watch.hung is None or (current is not None and current.cancelling()):
+                    raise
+                call.cancel()
+                raise UpstreamTimeout(watch.hung) from None  # the replica hung: its call goes to a live one
+            finally:
+                lease.replicas.unwatch(watch)
         except (UpstreamConnectionError, UpstreamTimeout) as exc:
             moved = lease.fail_over(endpoint, f"{exc.kind}: {exc.message}")
             moves_left -= 1
