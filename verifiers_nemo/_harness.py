@@ -30,6 +30,7 @@ from ._routing import PolicyCall, ProxyConfig, RoutingProxy, get_proxy
 from ._stack import GymStack, acquire_stack, release_stack
 from ._stack.agent_client import DEATH_GRACE_S, GymAgentClient
 from ._stack.options import DEFAULT_MAX_STEPS, StackOptions
+from ._stack.plan import refuse_unknown_references
 from ._sync import run_blocking
 from ._tasks import NeMoGymTaskset, Task, harness_runtime
 from ._tasks.recorded import row_fields
@@ -172,11 +173,12 @@ class NeMoGymHarness:
         Returns why the environment may need an external service (a download, a credential...), for the
         caller to show; ``start()`` then does not log it again."""
         config_paths = self.options.env_config_paths(self.env_name)
+        instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
+        refuse_unknown_references(instances, config_paths)  # a typo of a server's name, before anything starts
         external = self.judges.check(config_paths, self.options.root())
         if not self.options.isolated_venvs:
             from ._stack import check_requirements
 
-            instances = [i for i in server_instances(merged_configs(list(config_paths))) if i.name != POLICY_MODEL]
             server_dirs = dict(self.options.server_dirs(config_paths))
             check_requirements(self.env_name, instances, self.options.runtime(), server_dirs=server_dirs)
         self._external_reported = True

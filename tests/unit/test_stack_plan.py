@@ -50,6 +50,35 @@ def test_a_server_referring_to_an_undefined_one_is_refused(tmp_path: Path) -> No
         stack_servers(_config(tmp_path, judged))
 
 
+def test_a_typo_of_a_resources_server_s_name_is_refused_with_the_closest_name_and_the_config_file(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path, CONFIG.replace("name: tiny_resources}", "name: tiny_resource}"))
+
+    with pytest.raises(ConfigurationError) as caught:
+        stack_servers(config)
+
+    message = str(caught.value)
+    assert "Gym server 'tiny_agent' (in " + str(tmp_path / "tiny.yaml") + ")" in message
+    assert "refers to resources_servers/'tiny_resource'" in message and "Did you mean 'tiny_resources'?" in message
+    assert "Fix: correct that name in" in message and "judge" not in message
+
+
+def test_an_environment_whose_agent_names_no_server_of_its_configs_is_refused_before_its_stack_starts(
+    tmp_path: Path,
+) -> None:
+    """The harness's check (what the eval command runs before it writes anything) says the same as the start."""
+    from verifiers_nemo import NeMoGymHarness
+
+    folder = tmp_path / "resources_servers" / "tiny"
+    (folder / "configs").mkdir(parents=True)
+    (folder / "app.py").write_text("")
+    (folder / "configs" / "tiny.yaml").write_text(CONFIG.replace("name: tiny_resources}", "name: tiny_resource}"))
+
+    with pytest.raises(ConfigurationError, match=r"Did you mean 'tiny_resources'\?"):
+        NeMoGymHarness(config_paths=[folder / "configs" / "tiny.yaml"]).check()
+
+
 def test_policy_model_points_at_the_proxy() -> None:
     entry = policy_model_config("http://127.0.0.1:4321")
     ((_, settings),) = entry["policy_model"]["responses_api_models"].items()

@@ -33,15 +33,50 @@ def stack_servers(config: StackConfig) -> list[ServerInstance]:
             "(a responses_api_agents entry); pass an environment config."
         )
     names = {i.name for i in instances} | {POLICY_MODEL} | {name for name, _ in config.model_placeholders}
+    refuse_unknown_references(instances, config.config_paths, names)
+    return instances
+
+
+def refuse_unknown_references(
+    instances: Sequence[ServerInstance], config_paths: Sequence[str | Path], defined: set[str] | None = None
+) -> None:
+    """Refuse a server that refers to one the configs do not define: a typo of a resources server or agent name
+    (said with the closest names and the config file), or a model server such as a judge that needs routing.
+    ``defined`` is every name that counts as defined; None: the instances' and ``policy_model``, any model name."""
+    import difflib
+
+    known = {i.name for i in instances} | {POLICY_MODEL}
     for instance in instances:
         for server_type, ref in instance.references():
-            if ref not in names:
+            if ref in (defined if defined is not None else known):
+                continue
+            if defined is None and server_type == "responses_api_models":
+                continue  # a judge model server: the judges' check says what to do
+            where = _config_defining(instance.name, config_paths)
+            if server_type != "responses_api_models":
+                same_kind = sorted(i.name for i in instances if i.server_type == server_type)
+                close = difflib.get_close_matches(ref, same_kind, n=1, cutoff=0.6)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ConfigurationError(
-                    f"Gym server {instance.name!r} refers to {server_type}/{ref!r}, which this stack "
-                    "does not define. Servers other than policy_model (e.g. a judge model) must be "
-                    "routed or configured explicitly; this environment cannot run as it is."
+                    f"Gym server {instance.name!r} (in {where}) refers to {server_type}/{ref!r}, which no config "
+                    f"of this environment defines.{hint} Fix: correct that name in {where} (its {server_type}: "
+                    f"{', '.join(same_kind) or 'none'})."
                 )
-    return instances
+            raise ConfigurationError(
+                f"Gym server {instance.name!r} (in {where}) refers to {server_type}/{ref!r}, which this stack "
+                "does not define. Servers other than policy_model (e.g. a judge model) must be "
+                "routed or configured explicitly; this environment cannot run as it is."
+            )
+
+
+def _config_defining(name: str, config_paths: Sequence[str | Path]) -> str:
+    for path in config_paths:
+        try:
+            if name in merged_configs([Path(path)]):
+                return str(path)
+        except Exception:  # an unreadable config was refused already; name them all
+            break
+    return ", ".join(map(str, config_paths))
 
 
 def policy_model_config(policy_url: str, placeholders: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
