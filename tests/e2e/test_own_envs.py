@@ -87,6 +87,10 @@ def test_a_folder_of_your_own_replays_by_its_path_and_runs_an_edit_on_the_next_r
     assert "changed since this run began" in output
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert "windy in" in json.dumps(rows[-1]["completion"])
+    source = json.loads((run_dir / "metadata.json").read_text())["env_sources"][str(folder)]
+    first = metadata["env_sources"][str(folder)]["fingerprint"]
+    assert source["fingerprint"] == first and len(source["fingerprints"]) == 2 and source["fingerprints"][0] == first
+    assert f"(files {first} → {source['fingerprints'][1]}: the run mixes 2 versions of its code)" in output
 
 
 def test_the_same_folder_replays_on_nemo_gym_0_7(project: Path) -> None:

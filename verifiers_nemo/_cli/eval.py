@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._eval import format_summary, plural, run_metadata
-from .._eval.metadata import changed_sources
+from .._eval.metadata import changed_sources, sources_with_this_session
 from .._exceptions import ConfigurationError, MissingRequirementsError, VerifiersNemoError
 from .._signals import CapturedSignals, capture_signals, end_now
 from .console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PROG, fail, say
@@ -142,6 +142,8 @@ def _run_eval(
         if folder is not None:  # resume: what is done already (read only, so a finished run needs no write)
             check_same_rows(metadata, len(expected), folder.path)
             notes += changed_sources(metadata.get("env_sources") or {}, settings.env_names)
+            if metadata.get("env_sources"):  # this session's code beside the earlier sessions' (run_metadata keeps it)
+                metadata["env_sources"] = sources_with_this_session(metadata["env_sources"], settings.env_names)
             state = read_resume_state(folder.results_path, expected, tally.add)
             if not state.truncated and state.done.complete:
                 return _show_finished(settings, folder, metadata, tally, len(expected))

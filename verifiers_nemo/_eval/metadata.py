@@ -108,18 +108,36 @@ def env_sources(names: Iterable[str]) -> dict[str, dict[str, str]]:
     return sources
 
 
+def sources_with_this_session(saved: Mapping[str, Any], names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``saved`` (a run's ``env_sources``) with each folder's fingerprint now appended to its ``fingerprints`` when it
+    changed: every version of the code a run's rollouts ran on, in order (``fingerprint`` stays the first)."""
+    merged = {ref: dict(entry) for ref, entry in (saved or {}).items()}
+    for ref, entry in env_sources(names).items():
+        if ref not in merged:
+            merged[ref] = entry
+            continue
+        seen = list(merged[ref].get("fingerprints") or [merged[ref].get("fingerprint")])
+        if entry["fingerprint"] != seen[-1]:
+            seen.append(entry["fingerprint"])
+        if len(seen) > 1:
+            merged[ref]["fingerprints"] = seen
+    return merged
+
+
 def changed_sources(saved: Mapping[str, Any], names: Iterable[str]) -> list[str]:
     """Notes on the environments of yours whose files changed (or are gone) since a run's first session."""
     notes = []
     now = env_sources(names)
     for ref, before in (saved or {}).items():
         after = now.get(ref)
+        last = (before.get("fingerprints") or [before.get("fingerprint")])[-1]
         if after is None:
             notes.append(f"note: {before.get('path', ref)} is not there any more; the run's environment cannot start")
-        elif after["fingerprint"] != before.get("fingerprint"):
+        elif after["fingerprint"] != last:
             notes.append(
                 f"note: the files of {after['name']} ({after['path']}) changed since this run began (fingerprint "
-                f"{before.get('fingerprint')} → {after['fingerprint']}): the rollouts still to run use the new code"
+                f"{last} → {after['fingerprint']}): the rollouts still to run use the new code, and the run's "
+                "summary names every version it ran"
             )
     return notes
 

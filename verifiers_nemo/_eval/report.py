@@ -61,7 +61,11 @@ def format_summary(metadata: Mapping[str, Any]) -> str:
     sources = metadata.get("env_sources") or {}
     row("Environment", ", ".join(sources[e]["name"] if e in sources else e for e in metadata["env"].split(",")))
     for source in sources.values():
-        row("", f"{source['name']}: your folder {source['path']} (files {source['fingerprint']})")
+        versions = source.get("fingerprints") or [source["fingerprint"]]
+        files = f"files {' → '.join(versions)}" + (
+            f": the run mixes {len(versions)} versions of its code" if len(versions) > 1 else ""
+        )
+        row("", f"{source['name']}: your folder {source['path']} ({files})")
     row("Model", f"{metadata['model']} {where}")
     row(
         "Rollouts",
