@@ -117,6 +117,7 @@ def test_a_gym_root_is_listed_and_its_folder_wins_over_the_packaged_name(tmp_pat
     assert code == 0, output[-3000:]
     rows, metadata, _ = _saved(tmp_path / "out")
     assert "your folder" in output and "5/5 rewards equal the recorded ones" in output
+    assert "example_single_tool_call is your folder" in output and "which hides the packaged environment" in output
     assert metadata["env"] == str(root / "resources_servers" / "example_single_tool_call")
     assert all("foggy in" in json.dumps(r["completion"]) for r in rows)
 

@@ -185,6 +185,39 @@ def test_envs_and_prepare_take_a_gym_root(
     assert "mine: ready (nothing to install" in capsys.readouterr().err
 
 
+def test_envs_promises_a_replay_only_for_folders_that_ship_recordings(
+    tmp_path: Path, no_gym_root: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.own_envs import write_guess_env
+
+    write_guess_env(tmp_path, "fresh")  # a new environment: no data/example_rollouts.jsonl
+    write_weather_env(tmp_path, "recorded")
+    no_gym_root.setenv(GYM_ROOT_VAR, "")
+
+    assert main(["envs", "--gym-root", str(tmp_path), "fresh"]) == 0
+    fresh = capsys.readouterr().out.splitlines()[-1]
+    assert main(["envs", "--gym-root", str(tmp_path), "recorded"]) == 0
+    recorded = capsys.readouterr().out.splitlines()[-1]
+
+    assert "replays" not in fresh and "--policy-script FILE.py" in fresh and "-b URL -m MODEL" in fresh
+    assert recorded.startswith("Run one: verifiers-nemo eval NAME (replays its recorded rollouts;")
+
+
+def test_a_folder_of_yours_named_like_a_packaged_one_says_it_hides_it(
+    tmp_path: Path, no_gym_root: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_weather_env(tmp_path, "example_single_tool_call")
+    no_gym_root.setenv(GYM_ROOT_VAR, str(tmp_path))
+
+    reference = canonical_reference("example_single_tool_call")
+
+    assert reference == str(tmp_path / "resources_servers" / "example_single_tool_call")
+    said = [r.getMessage() for r in caplog.records if "hides the packaged environment" in r.getMessage()]
+    assert said and "To run the packaged one, name its folder: " in said[0]
+    packaged = said[0].split("name its folder: ")[1].split(" (or run")[0]
+    assert canonical_reference(packaged) == packaged and packaged.endswith("resources_servers/example_single_tool_call")
+
+
 def test_the_replay_server_serves_a_folder_found_under_a_gym_root(tmp_path: Path) -> None:
     write_weather_env(tmp_path, "mine")
     env = {k: v for k, v in os.environ.items() if k != GYM_ROOT_VAR} | {"PYTHONUNBUFFERED": "1"}

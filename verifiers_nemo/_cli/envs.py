@@ -71,10 +71,20 @@ def cmd_envs(args: argparse.Namespace) -> int:
         "EXTRA DEPS are installed for you on the first start (cached after); READY says 'installs' until then. "
         "VARIABLES: ! = required and not set. FROM: packaged, or the folder of an environment of yours "
         "(--gym-root DIR, VERIFIERS_NEMO_GYM_ROOT, ./resources_servers/).\n"
-        "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n"
-        f"Run one: {PROG} eval NAME (replays its recorded rollouts; add -b URL -m MODEL for a model)"
+        "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n" + _run_one(rows)
     )
     return EXIT_OK
+
+
+def _run_one(rows: Sequence[dict[str, Any]]) -> str:
+    """How to run one of ``rows``: a replay only where they ship recordings to replay."""
+    recorded = sum(1 for row in rows if row["recorded"])
+    model = "-b URL -m MODEL for a model, --policy-script FILE.py for a function of yours"
+    if recorded == len(rows):
+        return f"Run one: {PROG} eval NAME (replays its recorded rollouts; add {model})"
+    if recorded == 0:
+        return f"Run one: {PROG} eval NAME with {model} (none shown ships recorded rollouts to replay)"
+    return f"Run one: {PROG} eval NAME (replays its recorded rollouts where RECORDED says yes; else add {model})"
 
 
 def _kind_counts(kinds: Counter[str]) -> str:

@@ -160,8 +160,23 @@ def canonical_reference(name: str, gym_python: str | None = None, gym_version: s
     for root in roots:
         folder = root / RESOURCES_SERVERS / name
         if (folder / "configs").is_dir():
+            packaged = install / RESOURCES_SERVERS / name
+            if (packaged / "configs").is_dir() and packaged.resolve() != folder.resolve():
+                _say_hidden(name, folder, packaged)
             return str(folder)
     return name
+
+
+@functools.cache
+def _say_hidden(name: str, folder: Path, packaged: Path) -> None:
+    logger.warning(
+        "%s is your folder %s, which hides the packaged environment of that name. To run the packaged one, name "
+        "its folder: %s (or run from a folder whose resources_servers/ has no %s, without --gym-root).",
+        name,
+        folder,
+        packaged,
+        name,
+    )
 
 
 def locate_environment(reference: str | Path) -> tuple[Path, Path | None]:
