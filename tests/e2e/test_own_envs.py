@@ -125,10 +125,11 @@ def test_a_gym_root_is_listed_and_its_folder_wins_over_the_packaged_name(tmp_pat
 def test_a_server_that_fails_to_import_ends_the_start_naming_its_file(tmp_path: Path) -> None:
     write_weather_env(tmp_path, "bad_import", app="import no_such_module_for_this_test\n" + WEATHER_APP)
     started = time.monotonic()
-    code, output = _run("eval", "resources_servers/bad_import", cwd=tmp_path)
+    code, output = _run("eval", "resources_servers/bad_import", "-s", "-o", "out", cwd=tmp_path)
 
     assert code != 0
     assert "bad_import exited while the stack started" in output
+    assert not list((tmp_path / "out").glob("*/*")), "a run that never started left its folder behind"
     assert f'File "{tmp_path / "resources_servers" / "bad_import" / "app.py"}", line 1' in output
     assert "ModuleNotFoundError: No module named 'no_such_module_for_this_test'" in output
     assert time.monotonic() - started < LIMIT_S / 2  # the start ends when the server exits, not at a timeout

@@ -399,6 +399,11 @@ async def _execute(
     received = interrupt.first_signal
     status = "interrupted" if received else "failed" if failure else "finished" if not missing else "incomplete"
     metadata["status"] = status
+    never_started = failure is not None and evaluation.timing.stack_start_s is None and not tally.count
+    never_started = never_started and not previous and len(sessions) == 1  # a fresh run whose stack never started
+    if folder is not None and never_started:
+        folder.discard()  # a fresh run that never started: nothing to resume, no empty folder left behind
+        folder = None
     if folder is not None:
         folder.write_metadata(metadata)
 

@@ -318,6 +318,19 @@ class ResultsFolder:
         self._file.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
         self._file.flush()
 
+    def discard(self) -> None:
+        """Remove a run folder that holds no rollout (a fresh run that failed to start), and its model's folder
+        when that is left empty; a folder with anything else in it is left as it is."""
+        if self.results_path.exists() and self.results_path.stat().st_size:
+            return
+        self.close()
+        for name in (RESULTS_FILE, METADATA_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                (self.path / name).unlink()
+        for folder in (self.path, self.path.parent):
+            with contextlib.suppress(OSError):  # not empty (another run's, a file of the user's): kept
+                folder.rmdir()
+
     def close(self) -> None:
         if self._file is not None:
             with contextlib.suppress(OSError):
