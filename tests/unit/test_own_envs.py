@@ -218,6 +218,29 @@ def test_a_folder_of_yours_named_like_a_packaged_one_says_it_hides_it(
     assert canonical_reference(packaged) == packaged and packaged.endswith("resources_servers/example_single_tool_call")
 
 
+def test_a_gym_clone_of_another_release_than_the_runtime_s_is_said_to_be_one_before_it_starts(
+    tmp_path: Path, no_gym_root: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Gym clone's main as --gym-root beside a runtime of another release: its servers run on the runtime's
+    library, which may not import them; said before the start, with both versions and the fix."""
+    from verifiers_nemo._gym import find_gym_runtime
+    from verifiers_nemo._stack.own_servers import gym_tree_version, own_server_dirs
+
+    clone = tmp_path / "Gym"
+    write_weather_env(clone, "mine")
+    (clone / "nemo_gym").mkdir()
+    (clone / "nemo_gym" / "package_info.py").write_text('MAJOR = 9\nMINOR = 1\nPATCH = 0\nPRE_RELEASE = "rc1"\n')
+    no_gym_root.setenv(GYM_ROOT_VAR, str(clone))
+    install = find_gym_runtime().root
+    config = clone / "resources_servers" / "mine" / "configs" / "mine.yaml"
+
+    own_server_dirs([config], install)
+
+    assert gym_tree_version(clone) == "9.1.0rc1" and gym_tree_version(tmp_path) is None
+    said = [r.getMessage() for r in caplog.records if "is a Gym tree of nemo-gym 9.1.0rc1" in r.getMessage()]
+    assert said and f"has nemo-gym {gym_tree_version(install)}" in said[0] and "Fix: check out" in said[0]
+
+
 def test_the_replay_server_serves_a_folder_found_under_a_gym_root(tmp_path: Path) -> None:
     write_weather_env(tmp_path, "mine")
     env = {k: v for k, v in os.environ.items() if k != GYM_ROOT_VAR} | {"PYTHONUNBUFFERED": "1"}

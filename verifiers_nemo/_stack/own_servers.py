@@ -10,12 +10,17 @@ exists, and it compiles (a syntax error is named with its file and line, at once
 
 from __future__ import annotations
 
+import ast
+import functools
+import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._exceptions import ConfigurationError
 from .._gym import POLICY_MODEL, ServerInstance, merged_configs, server_instances, tree_of_configs
 from .._gym.tree import PROJECT_FILES, gym_roots_from_env
+
+logger = logging.getLogger(__name__)
 
 
 def own_server_dirs(config_paths: Sequence[Path], install: Path) -> tuple[tuple[str, str], ...]:
@@ -28,6 +33,9 @@ def own_server_dirs(config_paths: Sequence[Path], install: Path) -> tuple[tuple[
         folder = found.get(instance.rel_dir.as_posix())
         if folder is not None:
             check_own_server(instance, folder)
+            for root in tree.roots:
+                if folder.resolve().is_relative_to(root.resolve()):
+                    _say_other_release(root, install)
         elif not tree.find(instance.rel_dir).is_dir() and instance.server_type != "responses_api_models":
             where = ", ".join(str(r) for r in (*tree.roots, *(f for _, f in tree.links))) or "none"
             raise ConfigurationError(
@@ -36,6 +44,41 @@ def own_server_dirs(config_paths: Sequence[Path], install: Path) -> tuple[tuple[
                 f"config's server name, or name its tree with --gym-root."
             )
     return tuple((rel, str(folder)) for rel, folder in found.items())
+
+
+def gym_tree_version(root: Path) -> str | None:
+    """The nemo-gym version of a Gym tree that holds the library itself (a clone: ``nemo_gym/package_info.py``, read
+    without importing it), else None (a project of your own)."""
+    try:
+        tree = ast.parse((root / "nemo_gym" / "package_info.py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    parts: dict[str, object] = {}
+    for node in tree.body:
+        named = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        if named and isinstance(node.value, ast.Constant):  # type: ignore[union-attr]
+            parts[node.targets[0].id] = node.value.value  # type: ignore[union-attr]
+    if not all(k in parts for k in ("MAJOR", "MINOR", "PATCH")):
+        return None
+    return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}{parts.get('PRE_RELEASE') or ''}"
+
+
+@functools.cache
+def _say_other_release(root: Path, install: Path) -> None:
+    theirs, ours = gym_tree_version(root), gym_tree_version(install)
+    if theirs is None or ours is None or theirs == ours:
+        return
+    logger.warning(
+        "%s is a Gym tree of nemo-gym %s, and the Gym runtime (%s) has nemo-gym %s: the tree's servers and agents run "
+        "on the runtime's library, and may not import or run on another release (an ImportError at start, say). "
+        "Fix: check out the tree's release that matches the runtime (its v%s tag), or run on a runtime of the "
+        "tree's own release (VERIFIERS_NEMO_GYM_PYTHON: an interpreter where that tree is installed, pip install -e).",
+        root,
+        theirs,
+        install,
+        ours,
+        ours,
+    )
 
 
 def check_own_server(instance: ServerInstance, folder: Path) -> None:
