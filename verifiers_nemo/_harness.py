@@ -133,9 +133,8 @@ class NeMoGymHarness:
         if nemo_env is None and not config_paths:
             raise ConfigurationError("NeMoGymHarness needs nemo_env=, taskset= or config_paths=.")
         # a folder of yours by its absolute path (what its tasks carry, what Ray workers are sent)
-        self.env_name = (
-            canonical_reference(nemo_env, gym_python, gym_version) if nemo_env else Path(str(config_paths[0])).stem  # type: ignore[index]
-        )
+        first_config = Path(str(config_paths[0])).stem if config_paths else ""
+        self.env_name = canonical_reference(nemo_env, gym_python, gym_version) if nemo_env else first_config
         self.taskset = taskset
         self.default_agent = agent
         self.timeout = timeout
