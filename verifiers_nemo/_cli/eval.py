@@ -69,7 +69,8 @@ def _check_environment(settings: EvalSettings) -> None:
         if settings.policy == "replay" and not env.has_example_rollouts and not own_recordings:
             raise ConfigurationError(
                 f"{env.name} has no recorded rollouts to replay ({env.example_rollouts_path} is missing or "
-                f"empty); evaluate a model with -b URL -m MODEL instead{_recorded_server_hint(env)}."
+                f"empty); evaluate a model with -b URL -m MODEL instead, or play it with a function of yours "
+                f"(--policy-script FILE.py){_recorded_server_hint(env)}."
             )
         needs_prepared_rows = env.benchmark is not None and not own_recordings and "dataset" not in settings.env_args
         if needs_prepared_rows and settings.policy != "replay":
