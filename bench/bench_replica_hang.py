@@ -92,7 +92,14 @@ def main() -> None:
         ratio = f"{r['wall_s'] / base:.2f}" if base else "-"
         c_out = [o for o in r["outages"] if r["c_url"] in o["replica"]]
         others = [o for o in r["outages"] if r["c_url"] not in o["replica"]]
-        said = "; ".join(f"{o['outages']}x, {o['seconds']:.1f} s in all: {o['reason'][:100]}" for o in c_out) or "never"
+        said = (
+            "; ".join(
+                f"{o['outages']}x, {o['seconds']:.1f} s in all{' (still out at the end)' if o.get('still_down') else ''}: "
+                f"{o['reason'][:100]}"
+                for o in c_out
+            )
+            or "never"
+        )
         print(f"{r['fault']:<8}{r['scored']:>8}{r['errored']:>9}{r['moved']:>7}{r['wall_s']:>8}{ratio:>8}  {said}")
         if others:
             print(f"        other replicas out: {others}")
