@@ -74,6 +74,7 @@ class SynonymPolicy:
         delay: float = 0.0,
         replicas: int = 1,
         last_dies_after: int | None = None,
+        last_hangs_after: int | None = None,
     ) -> None:
         self.examples = {text: index for index, text in enumerate(examples)}
         self.correct = correct
@@ -90,6 +91,10 @@ class SynonymPolicy:
         """The last replica dies on its call after this many: its port closes and every connection to it is
         dropped unanswered from then on, as when its process is killed."""
         self.dead_port: int | None = None
+        self.last_hangs_after = last_hangs_after
+        """The last replica hangs on its call after this many: it accepts connections and answers nothing (no call,
+        no GET /models) from then on, as a frozen engine does."""
+        self.hung_port: int | None = None
 
     @property
     def port(self) -> int:
@@ -122,11 +127,17 @@ class SynonymPolicy:
         await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
+        if int(request.transport.get_extra_info("sockname")[1]) == self.hung_port:  # type: ignore[union-attr]
+            await asyncio.Event().wait()  # frozen: never answers
         return web.json_response({"object": "list", "data": [{"id": "fake/policy-1", "object": "model"}]})
 
     async def _responses(self, request: web.Request) -> web.Response:
         port = int(request.transport.get_extra_info("sockname")[1])  # type: ignore[union-attr]
         self.calls_by_port[port] += 1
+        hangs = self.last_hangs_after is not None and port == self.ports[-1]
+        if hangs and (port == self.hung_port or self.calls_by_port[port] > self.last_hangs_after):  # type: ignore[operator]
+            self.hung_port = port
+            await asyncio.Event().wait()  # frozen: this call and every later one wait forever
         dies = self.last_dies_after is not None and port == self.ports[-1]
         if dies and (port == self.dead_port or self.calls_by_port[port] > self.last_dies_after):  # type: ignore[operator]
             if self.dead_port is None:
@@ -282,6 +293,38 @@ async def test_scripted_upstream_gives_the_right_pass_at_k_when_a_replica_dies_m
     assert replica["replica"] == dead_label and replica["still_down"] and replica["seconds"] > 0
     assert f"{dead_label} out of the rotation 1 time" in out
     assert f"replica {dead_label} is out of the rotation" in err
+
+
+async def test_a_replica_that_hangs_mid_run_leaves_the_rotation_and_every_rollout_is_scored(
+    tmp_path: Path, example_prompts: list[str]
+) -> None:
+    """Over two replicas, the second freezing after its 8th call (its connections accepted, nothing answered, GET
+    /models neither): the hang watch takes it out while it hangs, its waiting calls move to the live one, and every
+    rollout is scored as if nothing happened, long before the 120 s budget of a call; the summary names it, hung."""
+    correct = [4, 3, 2, 1, 0]
+    async with SynonymPolicy(example_prompts, correct, replicas=2, last_hangs_after=8) as policy:
+        code, out, err = await _cli(
+            "eval", ENV, "-b", policy.base_urls, "-m", "fake/policy-1", "-n", "5", "-r", "4", "-c", "8", "-s",
+            "-o", str(tmp_path / "out"), "--timeout", "120", cwd=tmp_path,
+        )  # fmt: skip
+
+    assert code == 0, err
+    run_dir = _run_dir(tmp_path / "out")
+    lines = _lines(run_dir)
+    assert len(lines) == 20 and all(r["error"] is None for r in lines), [r["error"] for r in lines]
+    per_task = Counter(r["task_index"] for r in lines if r["reward"] == 1.0)
+    assert [per_task[i] for i in range(5)] == correct
+    live, hung = policy.ports
+    assert policy.hung_port == hung
+    hung_label = f"fake/policy-1@http://127.0.0.1:{hung}/v1"
+    moved = [r for r in lines if r.get("failed_over")]
+    assert moved and all(r["failed_over"] == [hung_label] and r["endpoint"].endswith(f":{live}/v1") for r in moved)
+    assert all(r["timing"]["total_s"] < 120 for r in moved)  # moved while it hung, not at the end of a call's budget
+    [replica] = json.loads((run_dir / "metadata.json").read_text())["summary"]["replicas"]
+    assert replica["replica"] == hung_label and replica["still_down"]
+    assert replica["reason"].startswith("hung: ") and "no answer to GET /models" in replica["reason"]
+    assert f"replica {hung_label} is out of the rotation (hung: " in err
+    assert f"{hung_label} out of the rotation 1 time" in out
 
 
 async def test_interrupted_run_resumes_exactly_the_missing_rollouts(tmp_path: Path, example_prompts: list[str]) -> None:
