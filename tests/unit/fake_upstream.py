@@ -1,4 +1,5 @@
-"""A scriptable fake OpenAI-compatible inference server for tests.
+"""A scriptable fake OpenAI-compatible inference server for tests (and ``Frozen``, one that accepts connections and
+never answers: a hung engine).
 
 ``FakeUpstream`` is an aiohttp server on 127.0.0.1 (a free port) that speaks ``POST /v1/responses``
 and ``POST /v1/chat/completions`` (plus ``GET /v1/models``). Typical use::
@@ -364,3 +365,33 @@ class FakeUpstream:
             payload["prompt_token_ids"] = prompt_ids
             choice["token_ids"] = completion_ids
         return payload
+
+
+class Frozen:
+    """A replica that hangs: it accepts each connection and never answers (a SIGSTOPped engine; the kernel still
+    accepts), counting them."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self._server: asyncio.Server | None = None
+        self._held: list[asyncio.StreamWriter] = []
+
+    async def __aenter__(self) -> Frozen:
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.accepted += 1
+            self._held.append(writer)
+
+        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        for writer in self._held:
+            writer.close()
+        self._server.close()
+        await self._server.wait_closed()
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"

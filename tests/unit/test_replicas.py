@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.unit.fake_upstream import FakeReply, FakeUpstream
+from tests.unit.fake_upstream import FakeReply, FakeUpstream, Frozen
 from verifiers_nemo import ConfigurationError, Endpoint, Replicas, RoutingProxy
 from verifiers_nemo._cli.parser import build_parser
 from verifiers_nemo._cli.settings import new_settings
@@ -267,36 +267,6 @@ async def test_a_replica_that_answers_a_call_rejoins_without_waiting_for_its_pro
             assert status == 200 and answered_by(reply) == "back"
             assert [name for name, _ in replicas.down()] == ["b"]
             route.close()
-
-
-class Frozen:
-    """A replica that hangs: it accepts each connection and never answers (a SIGSTOPped engine; the kernel still
-    accepts), counting them."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self._server: asyncio.Server | None = None
-        self._held: list[asyncio.StreamWriter] = []
-
-    async def __aenter__(self) -> Frozen:
-        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.accepted += 1
-            self._held.append(writer)
-
-        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        for writer in self._held:
-            writer.close()
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
 
 
 async def test_a_replica_that_hangs_leaves_the_rotation_while_it_hangs_and_its_call_moves(
