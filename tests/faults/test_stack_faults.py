@@ -161,3 +161,39 @@ async def test_a_restart_that_fails_is_each_waiting_rollouts_typed_error_and_a_l
         failed_after_s=failed_s,
         later_rollout_ok=later.error is None,
     )
+
+
+async def test_a_gym_server_that_hangs_costs_each_rollout_reaching_it_a_typed_timeout_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP the resources server (alive, not answering): each rollout that reaches it ends as a ``timeout`` row
+    at the rollout's own bound (none lost, none with a reward), nothing restarts the stack (its processes are all
+    alive), and once the server answers again (SIGCONT) the next rollouts succeed on the same launch."""
+    expected = tagged_counter_rows(tmp_path / "tasks.jsonl", 12)
+    tasks = NeMoGymTaskset(COUNTER_ENV, jsonl_path=tmp_path / "tasks.jsonl")
+    first, hung, after = [tasks[i] for i in range(4)], [tasks[i] for i in range(4, 8)], [tasks[i] for i in range(8, 12)]
+    async with NeMoGymHarness(COUNTER_ENV, timeout=8) as harness, PolicyServer(counter_policy) as server:
+        endpoint = Endpoint(base_url=server.base_url, model="m")
+        await harness.astart()
+        generation = harness.stack.generation
+        resources = harness.stack.info().server_urls[f"{COUNTER_ENV}_resources_server"]
+        pid = _listening_pid(int(resources.rsplit(":", 1)[1]))
+        before = [r async for r in harness.run(first, endpoint, concurrency=4)]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            during = [r async for r in harness.run(hung, endpoint, concurrency=4)]
+            waited = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        later = [r async for r in harness.run(after, endpoint, concurrency=4)]
+
+        assert [r.reward for r in sorted(before, key=lambda r: r.task_index)] == expected[:4]
+        assert sorted(r.task_index for r in during) == [4, 5, 6, 7]
+        assert all(r.error is not None and r.error.type == "timeout" and r.reward is None for r in during), [
+            (r.task_index, r.error) for r in during
+        ]
+        assert waited < 8 * 4, waited  # each bounded by its own timeout (they run side by side), not the run's
+        assert harness.stack.generation == generation and not harness.stack.is_dead(generation)
+        assert [r.reward for r in sorted(later, key=lambda r: r.task_index)] == expected[8:]
+    record_figures("Gym resources server SIGSTOPped", rollouts_timed_out=len(during), waited_s=round(waited, 1))
