@@ -309,3 +309,21 @@ def test_the_readme_s_links_resolve() -> None:
         if anchor:
             headings = re.findall(r"^#+ (.+)$", path.read_text(), re.MULTILINE)
             assert anchor in {_slug(h) for h in headings}, f"README links to {link}: no such heading"
+
+
+def test_every_row_of_the_failure_matrix_names_tests_that_exist() -> None:
+    """Troubleshooting's failure matrix says which test checks each row: each named test is a test of that file."""
+    text = (DOCS / "troubleshooting.md").read_text()
+    matrix = text.split("### The failure matrix", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in matrix.splitlines() if line.startswith("| ") and not line.startswith("| what fails")]
+    assert len(rows) >= 10
+    for row in rows:
+        named = re.findall(r"`(tests/[\w/]+\.py)?::(\w+)`|`(tests/[\w/]+\.py)`", row)
+        assert named, f"a row of the failure matrix names no test: {row[:80]}"
+        current = None
+        for path, test, whole_file in named:
+            current = path or whole_file or current
+            assert current is not None and (ROOT / current).is_file(), (row[:60], current)
+            if test:
+                defined = {n.name for n in ast.walk(ast.parse((ROOT / current).read_text())) if hasattr(n, "name")}
+                assert test in defined, f"{current}::{test} (failure matrix) is no test of that file"
