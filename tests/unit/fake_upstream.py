@@ -367,21 +367,27 @@ class FakeUpstream:
         return payload
 
 
-class Frozen:
-    """A replica that hangs: it accepts each connection and never answers (a SIGSTOPped engine; the kernel still
-    accepts), counting them."""
+class RawServer:
+    """A TCP server on 127.0.0.1 that accepts each connection and never speaks HTTP, counting them: ``Refuser``
+    closes each at once (a replica dying), ``Frozen`` holds each open and answers nothing (a SIGSTOPped engine; the
+    kernel still accepts)."""
+
+    hold = False
 
     def __init__(self) -> None:
         self.accepted = 0
         self._server: asyncio.Server | None = None
         self._held: list[asyncio.StreamWriter] = []
 
-    async def __aenter__(self) -> Frozen:
-        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def __aenter__(self) -> Any:
+        async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             self.accepted += 1
-            self._held.append(writer)
+            if self.hold:
+                self._held.append(writer)
+            else:
+                writer.close()
 
-        self._server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(accept, "127.0.0.1", 0)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -395,3 +401,13 @@ class Frozen:
     def base_url(self) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+
+
+class Refuser(RawServer):
+    """A replica dying: each connection is closed at once, unanswered."""
+
+
+class Frozen(RawServer):
+    """A replica that hangs: each connection is accepted and never answered."""
+
+    hold = True

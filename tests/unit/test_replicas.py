@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.unit.fake_upstream import FakeReply, FakeUpstream, Frozen
+from tests.unit.fake_upstream import FakeReply, FakeUpstream, Frozen, Refuser
 from verifiers_nemo import ConfigurationError, Endpoint, Replicas, RoutingProxy
 from verifiers_nemo._cli.parser import build_parser
 from verifiers_nemo._cli.settings import new_settings
@@ -137,32 +137,6 @@ def test_an_empty_replica_list_is_refused() -> None:
 
 
 # -- calls through the proxy ------------------------------------------------------------------------
-
-
-class Refuser:
-    """A server on 127.0.0.1 that accepts each connection and closes it at once (a replica dying), counting them."""
-
-    def __init__(self) -> None:
-        self.accepted = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Refuser:
-        async def close_at_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.accepted += 1
-            writer.close()
-
-        self._server = await asyncio.start_server(close_at_once, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
 
 
 def free_port_url() -> str:
