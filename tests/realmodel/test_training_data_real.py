@@ -144,11 +144,18 @@ def test_exact_token_rows_decode_to_the_saved_transcript_with_the_mask_on_the_sa
 
 
 def _tool_calls(text: str) -> list[dict[str, Any]]:
-    """The Hermes tool calls a sampled turn wrote (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``)."""
+    """The Hermes tool calls a sampled turn wrote, read as vLLM's ``hermes`` parser reads them.
+
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; the last block may be left open (the turn ended at
+    EOS or ``max_tokens`` right after the JSON), and what follows the JSON object (an end-of-turn token) is not part
+    of the call.
+    """
     calls = []
-    for body in re.findall(r"<tool_call>\s*(.*?)\s*</tool_call>", text, re.DOTALL):
+    decoder = json.JSONDecoder()
+    for closed, unclosed in re.findall(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", text, re.DOTALL):
         with contextlib.suppress(ValueError):
-            calls.append(json.loads(body))
+            call, _ = decoder.raw_decode((closed or unclosed).strip())
+            calls.append(call)
     return calls
 
 
