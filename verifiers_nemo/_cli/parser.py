@@ -192,6 +192,16 @@ def _gym_root_option(command: argparse.ArgumentParser) -> None:
     )
 
 
+def _offline_dir_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--offline-dir",
+        metavar="DIR",
+        help="run offline from a folder gathered by `prepare --gather DIR` on a connected machine: every install "
+        "comes from its wheels, benchmark data from its copy, and nothing reaches the network; sets "
+        "VERIFIERS_NEMO_OFFLINE_DIR for what it starts",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run NVIDIA NeMo Gym environments: evaluate models, list environments.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -215,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "commas, a mix run together (ENV1,ENV2); or nemo-gym-env with -a '{\"nemo_env\": NAME}'; optional with -R",
     )
     _gym_root_option(ev)
+    _offline_dir_option(ev)
     model = ev.add_argument_group("model endpoint")
     model.add_argument("-m", "--model", help="model to evaluate (default: the only model the server serves)")
     model.add_argument(
@@ -508,11 +519,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     en.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _gym_root_option(en)
+    _offline_dir_option(en)
 
     pr = _command(commands, "prepare", cmd_prepare)
     pr.add_argument("envs", nargs="+", metavar="ENV", help="Gym environments: packaged names, or paths of your own")
     pr.add_argument("--gym-python", metavar="PYTHON", help="the Gym runtime's interpreter (default: found or built)")
+    pr_mode = pr.add_mutually_exclusive_group()
+    pr_mode.add_argument(
+        "--gather",
+        metavar="DIR",
+        help="then copy what they installed and downloaded (the Gym runtime's and every server environment's "
+        "packages as wheels, benchmark data) into DIR, for a machine without internet (--offline-dir DIR there)",
+    )
+    pr_mode.add_argument(
+        "--check",
+        action="store_true",
+        help="install nothing: say whether each ENV would start here (packages, data, runtime) and what it still "
+        "needs (a judge endpoint, a variable, an external service); exit 1 when one would not",
+    )
     _gym_root_option(pr)
+    _offline_dir_option(pr)
 
     rs = _command(commands, "replay-server", cmd_replay_server)
     rs.add_argument(
@@ -526,4 +552,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rs.add_argument("--port-file", metavar="FILE", help="also write the base URL to FILE")
     _gym_root_option(rs)
+    _offline_dir_option(rs)
     return parser

@@ -23,12 +23,15 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import GymRuntimeError
+from .._offline import network_off_env, offline_folder
+from .._offline.folder import offline_uv_args, python_target
 from .runtime import GymRuntime, cache_dir, find_uv, site_packages
 
 logger = logging.getLogger(__name__)
@@ -165,6 +168,9 @@ def install_derived_env(env: DerivedEnv, runtime: GymRuntime, label: str, base: 
     """Build ``env`` with uv: a venv whose ``.pth`` adds the runtime's site-packages, the requirements
     installed into it pinned to the runtime's versions, then the completion marker."""
     uv = find_uv(f"Installing the requirements of {label}")
+    offline = offline_folder()
+    if offline is not None:
+        offline.check_platform(*python_target(runtime.python))
     count = len(env.requirements)
     logger.info("Installing %d requirement%s for %s (first run only)…", count, "" if count == 1 else "s", label)
     started = time.monotonic()
@@ -193,11 +199,39 @@ def install_derived_env(env: DerivedEnv, runtime: GymRuntime, label: str, base: 
     logger.info("Installed the requirements of %s in %.1fs (in %s)", label, seconds, env.path)
 
 
-def _install(uv: list[str], env: DerivedEnv, meta: Path, label: str, base: Path | None) -> str:
+def install_problem(runtime: GymRuntime, requirements: Iterable[str], base: Path | None = None) -> str | None:
+    """Why the derived environment of ``requirements`` could not be installed here now (uv's reason, e.g. a
+    package missing from the offline folder), or None when it could: the same install, dry-run, into a
+    throwaway venv. Installs nothing."""
+    uv = find_uv("Checking the requirements of an environment")
+    lines = normalize_requirements(requirements)
+    with tempfile.TemporaryDirectory(prefix="verifiers-nemo-check-") as tmp:
+        env = DerivedEnv(Path(tmp) / "env", lines)
+        try:
+            _run([*uv, "venv", "-q", "--python", str(runtime.python), str(env.path)], "create a venv")
+            meta = env.path / ".verifiers-nemo"
+            meta.mkdir()
+            (meta / "requirements.txt").write_text("".join(f"{line}\n" for line in lines))
+            for kind, pinned in _constraints(runtime).items():
+                (meta / f"{kind}.txt").write_text("".join(f"{line}\n" for line in pinned))
+            _purelib(env).joinpath(_RUNTIME_PTH).write_text(
+                "".join(f"import site; site.addsitedir({str(d)!r})\n" for d in site_packages(runtime))
+            )
+            _install(uv, env, meta, "a check", base, dry_run=True)
+        except GymRuntimeError as exc:
+            return str(exc)
+    return None
+
+
+def _install(
+    uv: list[str], env: DerivedEnv, meta: Path, label: str, base: Path | None, *, dry_run: bool = False
+) -> str:
     """Install the requirements pinned to the runtime's versions, else within nemo-gym's declared ranges;
     returns which constraints it took."""
-    install = [*uv, "pip", "install", "--python", str(env.python), "--compile-bytecode", "-r"]
-    install.append(str(meta / "requirements.txt"))
+    offline = offline_folder()
+    install = [*uv, "pip", "install", "--python", str(env.python), "--compile-bytecode", *offline_uv_args(offline)]
+    install += ["--dry-run"] if dry_run else []
+    install += ["-r", str(meta / "requirements.txt")]
     result = _uv([*install, "-c", str(meta / "pins.txt")], base)
     if result.returncode == 0:
         return "pins"
@@ -211,11 +245,14 @@ def _install(uv: list[str], env: DerivedEnv, meta: Path, label: str, base: Path 
                 label,
             )
             return "declared"
-    raise GymRuntimeError(_uv_message(result.stderr) or f"uv exited with status {result.returncode}")
+    said = _uv_message(result.stderr) or f"uv exited with status {result.returncode}"
+    if offline is not None and not dry_run:
+        said = f"{said}\nA package is not in the offline folder {offline.wheels}: {offline.gather_hint()}."
+    raise GymRuntimeError(said)
 
 
 def _uv_env() -> dict[str, str]:
-    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+    env = dict(os.environ, UV_PYTHON_DOWNLOADS="never") | network_off_env()
     env.pop("VIRTUAL_ENV", None)
     return env
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import GymRuntimeError
+from .._offline.folder import network_off_env, offline_folder, offline_uv_args, python_target
 from . import releases
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 NEMO_GYM_REQUIREMENT = "nemo-gym>=0.4.0,<0.8"
 GYM_PYTHON_ENV_VAR = "VERIFIERS_NEMO_GYM_PYTHON"
 CACHE_DIR_ENV_VAR = "VERIFIERS_NEMO_CACHE_DIR"
+MANAGED_MARKER = ".verifiers-nemo-complete"
+"""Written in a managed runtime's venv once it is built: the requirement it was built from."""
 
 _PROBE = (
     "import importlib.util, json, sys, importlib.metadata as m\n"
@@ -175,7 +178,7 @@ def _managed_runtime(build: bool, asked: str | None) -> GymRuntime:
     chosen, base, version = releases.choose(asked)
     venv = cache_dir() / "gym-runtime" / chosen.folder(version)
     python = venv / "bin" / "python"
-    marker = venv / ".verifiers-nemo-complete"
+    marker = venv / MANAGED_MARKER
     if marker.exists():
         return _runtime_from_probe(python, _probe(python))
     if not build:
@@ -185,18 +188,33 @@ def _managed_runtime(build: bool, asked: str | None) -> GymRuntime:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it right now
         if not marker.exists():
             uv = find_uv()
-            env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
+            env = dict(os.environ, UV_PYTHON_DOWNLOADS="never") | network_off_env()
+            offline = offline_folder()
+            if offline is not None:
+                offline.check_platform(*python_target(base))
             logger.info("Building the Gym runtime (%s on Python %s) in %s, once", chosen.requirement, base, venv)
             try:
                 subprocess.run([*uv, "venv", "-q", "--clear", "-p", str(base), str(venv)], env=env, check=True)
                 subprocess.run(
-                    [*uv, "pip", "install", "-q", "-p", str(python), "--compile-bytecode", chosen.requirement],
+                    [
+                        *uv,
+                        "pip",
+                        "install",
+                        "-q",
+                        "-p",
+                        str(python),
+                        "--compile-bytecode",
+                        *offline_uv_args(offline),
+                        chosen.requirement,
+                    ],
                     env=env,
                     check=True,
                 )
             except subprocess.CalledProcessError as exc:
+                shutil.rmtree(venv, ignore_errors=True)
+                where = f"; a package is not in the offline folder: {offline.gather_hint()}" if offline else ""
                 raise GymRuntimeError(
-                    f"Building the Gym runtime in {venv} failed ({exc}); see the output above. "
+                    f"Building the Gym runtime in {venv} failed ({exc}); see the output above{where}. "
                     f"You can instead install nemo-gym yourself and set {GYM_PYTHON_ENV_VAR}."
                 ) from exc
             marker.write_text(chosen.requirement + "\n")

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from .._exceptions import ConfigurationError
 from .._gym import POLICY_MODEL, ServerInstance, merged_configs, server_instances
+from .._offline import network_off_env
 from .config import HOST, StackConfig
 
 POLICY_IMPLEMENTATION = "verifiers_nemo_policy"
@@ -172,7 +173,7 @@ def child_env(environ: Mapping[str, str], bin_dir: Path, config: StackConfig) ->
     # interface (measured: 14 non-loopback listening sockets per stack without it, 0 with it).
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return env | network_off_env()  # an offline folder named: Gym's uv, pip and Hugging Face stay off the network
 
 
 def run_id(name: str, pid: int, token: str) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from .._exceptions import ConfigurationError, TasksetError
 from .._gym import GymEnvironment, cache_dir
 from .._gym.catalogue.gym_listing import runtime_python
+from .._offline import OFFLINE_DIR_VAR, offline_folder
 
 _MATERIALIZE = (
     "import sys\n"
@@ -34,6 +35,15 @@ def benchmark_data(env: GymEnvironment) -> Path:
     path = env.search.find(spec.jsonl_fpath)
     if path.is_file():
         return path
+    offline = offline_folder()
+    gathered = offline.data_file(spec.jsonl_fpath) if offline is not None else None
+    if gathered is not None:
+        return gathered
+    if offline is not None:
+        raise TasksetError(
+            f"benchmark {env.name!r}: its rows ({spec.jsonl_fpath}) are not in the offline folder {offline.data}; "
+            f"{offline.gather_hint(env.name)}."
+        )
     raise TasksetError(
         f"{path}: benchmark {env.name!r} is not prepared (Gym's prepare script writes its rows there). Fix: "
         f"`verifiers-nemo prepare {env.name}` (runs {spec.prepare_script or 'its prepare script'}; needs the "
@@ -123,6 +133,12 @@ def prepare_benchmark(env: GymEnvironment) -> Path:
     spec = env.benchmark
     assert spec is not None
     target = env.search.find(spec.jsonl_fpath)
+    offline = offline_folder()
+    if offline is not None:
+        raise TasksetError(
+            f"benchmark {env.name!r}: its prepare script downloads its rows, and {OFFLINE_DIR_VAR} says this machine "
+            f"is offline; {offline.gather_hint(env.name)}."
+        )
     if not spec.prepare_script:
         raise TasksetError(
             f"benchmark {env.name!r} names no prepare script: write its rows to {target} yourself, or pass "
