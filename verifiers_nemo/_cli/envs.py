@@ -52,6 +52,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
         ("NEEDS", "needs_cell", 40),
         ("VARIABLES", "variable_names", 28),
         ("READY", "ready_cell", 24),
+        ("NETWORK", "network_cell", 28),
         ("RECORDED", "recorded", 8),
         ("FROM", "source", 60),
     ]
@@ -69,7 +70,9 @@ def cmd_envs(args: argparse.Namespace) -> int:
         "* not shipped: nemo-gym downloads it. NEEDS: judge: NAME = scores with that model server (--judge "
         "NAME=URL,MODEL; policy_model: the policy grades itself); external = a service, credential or download.\n"
         "EXTRA DEPS are installed for you on the first start (cached after); READY says 'installs' until then. "
-        "VARIABLES: ! = required and not set. FROM: packaged, or the folder of an environment of yours "
+        "VARIABLES: ! = required and not set. NETWORK: what a run reaches the network for (packages, git, judge, "
+        "external, data; download? = a download call in its servers' code; details: --json, network).\n"
+        "FROM: packaged, or the folder of an environment of yours "
         "(--gym-root DIR, VERIFIERS_NEMO_GYM_ROOT, ./resources_servers/).\n"
         "† its recordings cannot reproduce their rewards (why: --json, replay_not_reproducible).\n" + _run_one(rows)
     )
@@ -122,6 +125,7 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
     from .._gym import POLICY_MODEL
     from .._gym.config import load_yaml
     from .._gym.env_vars import config_variables
+    from .._offline.network_use import network_cell, network_uses
     from .._replay import unreproducible_reason
     from .._stack.requirements import CACHED, INSTALLED, TO_INSTALL
 
@@ -135,7 +139,8 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         blockers.append("cannot start (see --json)")
     if agent is None:
         blockers.append("no agent")
-    if env.benchmark is not None and not env.search.find(env.benchmark.jsonl_fpath).is_file():
+    unprepared = env.benchmark is not None and not _benchmark_rows_present(env)
+    if unprepared:
         blockers.append(f"its data ({PROG} prepare {env.ref})")
     judges = [j for j in env.judge_models if j != POLICY_MODEL]
     if judges:
@@ -148,6 +153,13 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
     uncovered = [r for r in env.external_reasons if not any(name in r for name in set_names)]
     if uncovered and not unset:
         blockers.append("external")
+    uses = network_uses(
+        to_install=list(env.requirements) if requirements_state == TO_INSTALL else [],
+        server_dirs=_server_dirs(env),
+        judges=judges,
+        external_reasons=env.external_reasons,
+        unprepared_data=(env.benchmark.prepare_script or "its prepare script") if unprepared else None,
+    )
     ready = not blockers
     if ready:
         ready_cell = "yes, installs" if requirements_state == TO_INSTALL else "yes"
@@ -184,7 +196,19 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "nemo_gym": gym_version,
         "judge_models": list(env.judge_models),
         "external_reasons": list(env.external_reasons),
+        "network": [use.as_dict() for use in uses],
+        "network_cell": network_cell(uses),
     }
+
+
+def _benchmark_rows_present(env: Any) -> bool:
+    """A benchmark's rows are prepared in its tree, or gathered into the offline folder named."""
+    from .._offline import offline_folder
+
+    if env.search.find(env.benchmark.jsonl_fpath).is_file():
+        return True
+    folder = offline_folder()
+    return folder is not None and folder.data_file(env.benchmark.jsonl_fpath) is not None
 
 
 def _needs_cell(needs: list[str], judges: Sequence[str]) -> str:

@@ -519,7 +519,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     en.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _gym_root_option(en)
-    _offline_dir_option(en)
 
     pr = _command(commands, "prepare", cmd_prepare)
     pr.add_argument("envs", nargs="+", metavar="ENV", help="Gym environments: packaged names, or paths of your own")
@@ -552,5 +551,4 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rs.add_argument("--port-file", metavar="FILE", help="also write the base URL to FILE")
     _gym_root_option(rs)
-    _offline_dir_option(rs)
     return parser

@@ -1,0 +1,144 @@
+"""A machine without internet runs environments from a folder gathered on a connected one.
+
+The connected side is this machine: ``prepare ENV... --gather DIR`` with a cache of its own. The offline side is a
+network namespace with nothing but loopback (``unshare -n``: needs root, as CI runs), a fresh cache and a fresh uv
+cache: what it installs can only come from the folder, and anything that tries the network fails at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+WITH_PACKAGES = "mcqa"  # tiktoken (and what it pulls in) beyond nemo-gym
+JUDGED_WITH_PACKAGES = "imo_proofbench_judge"  # math-verify, latex2sympy2_extended; scored by a judge model
+NOT_GATHERED = "math_with_judge"  # needs datasets, which neither of the two brings
+CLI = [str(Path(sys.executable).with_name("verifiers-nemo"))]  # the console script, as a user runs it
+
+
+def _can_cut_the_network() -> bool:
+    unshare = shutil.which("unshare")
+    return unshare is not None and subprocess.run([unshare, "-n", "true"], capture_output=True).returncode == 0
+
+
+needs_netns = pytest.mark.skipif(not _can_cut_the_network(), reason="unshare -n needs root (CI runs as root)")
+
+
+@pytest.fixture(scope="module")
+def gathered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder gathered for the two environments, on the connected side."""
+    base = tmp_path_factory.mktemp("connected")
+    folder = base / "offline-folder"
+    env = {**os.environ, "VERIFIERS_NEMO_CACHE_DIR": str(base / "cache")}
+    argv = [*CLI, "prepare", WITH_PACKAGES, JUDGED_WITH_PACKAGES, "--gather", str(folder)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=base)
+    assert done.returncode == 0, done.stderr
+    assert "gathered " in done.stderr and f"into {folder}" in done.stderr
+    return folder
+
+
+def _offline(argv: list[str], home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """``argv`` (a CLI command) in a namespace with loopback only, with a fresh cache and uv cache under ``home``."""
+    env = {**os.environ, "VERIFIERS_NEMO_CACHE_DIR": str(home / "cache"), "UV_CACHE_DIR": str(home / "uv-cache")}
+    wrapped = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
+    return subprocess.run(wrapped, env=env, capture_output=True, text=True, timeout=timeout, cwd=home)
+
+
+def test_the_folder_holds_wheels_for_every_package_and_names_its_platform(gathered: Path) -> None:
+    manifest = json.loads((gathered / "manifest.json").read_text())
+    assert manifest["target"]["python"] == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert manifest["target"]["platform"].startswith("linux-")
+    packages = manifest["environments"][WITH_PACKAGES]["packages"]
+    assert any(pin.startswith("tiktoken==") for pin in packages)
+    wheels = {p.name.split("-")[0].lower().replace("_", "-") for p in (gathered / "wheels").glob("*.whl")}
+    pinned = {
+        pin.split("==")[0].lower().replace("_", "-")
+        for env in manifest["environments"].values()
+        for pin in env["packages"]
+    }
+    assert pinned <= wheels
+
+
+@needs_netns
+def test_check_offline_says_which_would_start_what_they_need_and_what_is_missing(
+    gathered: Path, tmp_path: Path
+) -> None:
+    argv = [*CLI, "prepare", WITH_PACKAGES, JUDGED_WITH_PACKAGES, NOT_GATHERED, "--check"]
+    argv += ["--offline-dir", str(gathered)]
+    done = _offline(argv, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"{WITH_PACKAGES}: would start\n" in done.stdout
+    assert f"{JUDGED_WITH_PACKAGES}: would start\n" in done.stdout
+    assert "install from the offline folder at the first start" in done.stdout
+    assert "the run needs: a judge endpoint: --judge judge_model=URL,MODEL" in done.stdout
+    assert f"{NOT_GATHERED}: would NOT start" in done.stdout
+    missing = next(line for line in done.stdout.splitlines() if "missing:" in line)
+    assert "datasets" in missing and f"`verifiers-nemo prepare {NOT_GATHERED} --gather DIR`" in missing
+    assert f"1 of 3 would not start ({NOT_GATHERED})" in done.stderr
+    assert not list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete")), "the check installed"
+
+
+@needs_netns
+def test_offline_prepare_and_eval_install_from_the_folder_and_reproduce_the_recorded_rewards(
+    gathered: Path, tmp_path: Path
+) -> None:
+    prepared = _offline([*CLI, "prepare", JUDGED_WITH_PACKAGES, "--offline-dir", str(gathered)], tmp_path)
+    assert prepared.returncode == 0, prepared.stderr
+    assert f"{JUDGED_WITH_PACKAGES}: ready (extra packages in 1 server environment" in prepared.stderr
+
+    mix = f"{WITH_PACKAGES},{JUDGED_WITH_PACKAGES}"  # one stack; mcqa's packages install at its first start
+    done = _offline([*CLI, "eval", mix, "-n", "2", "--offline-dir", str(gathered)], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "0 errored" in done.stdout and "(all reproduced)" in done.stdout, done.stdout
+    assert len(list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 2
+
+
+@needs_netns
+def test_a_package_the_folder_lacks_ends_at_once_naming_it_and_the_gather_command(
+    gathered: Path, tmp_path: Path
+) -> None:
+    done = _offline([*CLI, "prepare", NOT_GATHERED, "--offline-dir", str(gathered)], tmp_path, timeout=120)
+    assert done.returncode == 1
+    assert "datasets" in done.stderr and "not in the offline folder" in done.stderr
+    assert "prepare ENV --gather DIR" in done.stderr
+
+
+def test_a_folder_for_another_platform_or_no_folder_is_refused_before_anything_installs(
+    gathered: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other-platform"
+    shutil.copytree(gathered, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["target"] = {"platform": "linux-aarch64", "python": manifest["target"]["python"]}
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    env = {**os.environ, "VERIFIERS_NEMO_CACHE_DIR": str(tmp_path / "cache")}
+
+    done = subprocess.run(
+        [*CLI, "prepare", WITH_PACKAGES, "--offline-dir", str(other)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "was gathered for linux-aarch64" in done.stderr and "Gather it again" in done.stderr
+
+    missing = subprocess.run(
+        [*CLI, "prepare", WITH_PACKAGES, "--check", "--offline-dir", str(tmp_path / "nope")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.strip().count("\n") == 0, missing.stderr
+    assert "no such folder" in missing.stderr and "--gather DIR" in missing.stderr
+    assert not list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete")), "installed anyway"
