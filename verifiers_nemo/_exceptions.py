@@ -73,6 +73,12 @@ class MissingRequirementsError(VerifiersNemoError, RuntimeError):
                 "separate venv per server from PyPI."
             )
         reason = "\n".join(f"  {line}" if line.strip() else "" for line in self.reason.splitlines())
+        if "not in the offline folder" in self.reason:
+            return (
+                f"Gym environment {self.env} needs packages the Gym runtime ({self.python}) does not have:\n"
+                f"{lines}\nand the offline folder does not hold them all:\n{reason}\nGather them on a connected "
+                f"machine (`verifiers-nemo prepare {self.env} --gather DIR`) and copy the folder here again."
+            )
         return (
             f"Gym environment {self.env} needs packages the Gym runtime ({self.python}) does not have:\n"
             f"{lines}\nand they could not be installed into an environment derived from it (constrained to "

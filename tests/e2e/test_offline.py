@@ -1,8 +1,10 @@
-"""A machine without internet runs environments from a folder gathered on a connected one.
+"""A machine without internet runs environments from a folder gathered on a connected one
+(docs/guides/offline-cluster.md, whose two blocks run here as written).
 
-The connected side is this machine: ``prepare ENV... --gather DIR`` with a cache of its own. The offline side is a
-network namespace with nothing but loopback (``unshare -n``: needs root, as CI runs), a fresh cache and a fresh uv
-cache: what it installs can only come from the folder, and anything that tries the network fails at once.
+The connected side is this machine: the guide's ``prepare ENV... --gather ./offline-folder`` with a cache of its own.
+The offline side is a network namespace with nothing but loopback (``unshare -n``: needs root, as CI runs), a fresh
+cache and a fresh uv cache: what it installs can only come from the folder, and anything that tries the network fails
+at once.
 """
 
 from __future__ import annotations
@@ -32,22 +34,40 @@ def _can_cut_the_network() -> bool:
 needs_netns = pytest.mark.skipif(not _can_cut_the_network(), reason="unshare -n needs root (CI runs as root)")
 
 
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "offline-cluster.md"
+
+
+def _guide_block(containing: str) -> str:
+    from pytest_codeblocks import extract_from_file
+
+    (block,) = [b.code for b in extract_from_file(GUIDE) if b.syntax == "bash" and containing in b.code]
+    return block
+
+
+def _user_env(home: Path) -> dict[str, str]:
+    """A user's shell: this venv's console scripts first on PATH, a cache of its own under ``home``."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]])
+    return {**os.environ, "PATH": path, "VERIFIERS_NEMO_CACHE_DIR": str(home / "cache")}
+
+
 @pytest.fixture(scope="module")
 def gathered(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder gathered for the two environments, on the connected side."""
+    """The folder the guide's first block gathers, on the connected side."""
     base = tmp_path_factory.mktemp("connected")
-    folder = base / "offline-folder"
-    env = {**os.environ, "VERIFIERS_NEMO_CACHE_DIR": str(base / "cache")}
-    argv = [*CLI, "prepare", WITH_PACKAGES, JUDGED_WITH_PACKAGES, "--gather", str(folder)]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=base)
+    block = _guide_block("--gather")
+    assert f"prepare {WITH_PACKAGES} {JUDGED_WITH_PACKAGES} --gather ./offline-folder" in block
+    done = subprocess.run(
+        ["bash", "-e", "-c", block], env=_user_env(base), capture_output=True, text=True, timeout=600, cwd=base
+    )
     assert done.returncode == 0, done.stderr
+    folder = base / "offline-folder"
     assert "gathered " in done.stderr and f"into {folder}" in done.stderr
     return folder
 
 
 def _offline(argv: list[str], home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``argv`` (a CLI command) in a namespace with loopback only, with a fresh cache and uv cache under ``home``."""
-    env = {**os.environ, "VERIFIERS_NEMO_CACHE_DIR": str(home / "cache"), "UV_CACHE_DIR": str(home / "uv-cache")}
+    """``argv`` in a namespace with loopback only, with a fresh cache and uv cache under ``home``."""
+    env = _user_env(home) | {"UV_CACHE_DIR": str(home / "uv-cache")}
     wrapped = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
     return subprocess.run(wrapped, env=env, capture_output=True, text=True, timeout=timeout, cwd=home)
 
@@ -87,28 +107,31 @@ def test_check_offline_says_which_would_start_what_they_need_and_what_is_missing
 
 
 @needs_netns
-def test_offline_prepare_and_eval_install_from_the_folder_and_reproduce_the_recorded_rewards(
-    gathered: Path, tmp_path: Path
-) -> None:
-    prepared = _offline([*CLI, "prepare", JUDGED_WITH_PACKAGES, "--offline-dir", str(gathered)], tmp_path)
-    assert prepared.returncode == 0, prepared.stderr
-    assert f"{JUDGED_WITH_PACKAGES}: ready (extra packages in 1 server environment" in prepared.stderr
-
-    mix = f"{WITH_PACKAGES},{JUDGED_WITH_PACKAGES}"  # one stack; mcqa's packages install at its first start
-    done = _offline([*CLI, "eval", mix, "-n", "2", "--offline-dir", str(gathered)], tmp_path)
+def test_the_guide_s_offline_block_runs_with_no_network(gathered: Path, tmp_path: Path) -> None:
+    """The guide's second block, as written, where the folder was copied: the check says both would start, the
+    install takes the folder's wheels only, and the replay reproduces the recorded rewards."""
+    shutil.copytree(gathered, tmp_path / "offline-folder")  # "copy the folder to the cluster"
+    done = _offline(["bash", "-e", "-c", _guide_block("VERIFIERS_NEMO_OFFLINE_DIR")], tmp_path, timeout=480)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "0 errored" in done.stdout and "(all reproduced)" in done.stdout, done.stdout
+    assert f"{WITH_PACKAGES}: would start\n" in done.stdout and f"{JUDGED_WITH_PACKAGES}: would start\n" in done.stdout
+    assert f"{JUDGED_WITH_PACKAGES}: ready (extra packages in 1 server environment" in done.stderr
+    assert "3 of 3" in done.stdout and "0 errored" in done.stdout, done.stdout
+    assert "3/3 rewards equal the recorded ones" in done.stdout, done.stdout
     assert len(list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 2
 
 
 @needs_netns
+@pytest.mark.parametrize("command", ["prepare", "eval"])
 def test_a_package_the_folder_lacks_ends_at_once_naming_it_and_the_gather_command(
-    gathered: Path, tmp_path: Path
+    gathered: Path, tmp_path: Path, command: str
 ) -> None:
-    done = _offline([*CLI, "prepare", NOT_GATHERED, "--offline-dir", str(gathered)], tmp_path, timeout=120)
-    assert done.returncode == 1
-    assert "datasets" in done.stderr and "not in the offline folder" in done.stderr
-    assert "prepare ENV --gather DIR" in done.stderr
+    argv = [*CLI, command, NOT_GATHERED, "--offline-dir", str(gathered)] + (["-n", "1"] if command == "eval" else [])
+    done = _offline(argv, tmp_path, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert "datasets was not found" in done.stderr and "not in the offline folder" in done.stderr
+    assert f"`verifiers-nemo prepare {NOT_GATHERED} --gather DIR`" in done.stderr
+    assert "PyPI" not in done.stderr
+    assert not list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))
 
 
 def test_a_folder_for_another_platform_or_no_folder_is_refused_before_anything_installs(

@@ -36,6 +36,30 @@ def test_runtimes_share_a_head_only_with_the_same_ray_and_python(tmp_path: Path)
     assert "2.58.0" in head_key(c)
 
 
+@pytest.mark.skipif(
+    subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0,
+    reason="unshare -n needs root (CI runs as root)",
+)
+def test_processes_in_another_network_namespace_do_not_share_a_head(tmp_path: Path) -> None:
+    """A head binds 127.0.0.1, another address in another namespace: joining it from there would hang, and
+    judging it dead from there would stop it under its own processes."""
+    _runtime(tmp_path, "a", "2.60.0")
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        import sys
+        from verifiers_nemo._gym import GymRuntime
+        from verifiers_nemo._stack.ray_head import head_key
+        root = Path({str(tmp_path / "a")!r})
+        print(head_key(GymRuntime(python=Path(sys.executable), prefix=root, root=root, nemo_gym_version="0.4.0",
+                                  site_dirs=(root,))))
+    """)
+    here = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    cut_off = subprocess.run(["unshare", "-n", sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert here == again
+    assert cut_off.stdout.strip() and cut_off.stdout != here
+
+
 def test_the_heads_folder_is_per_user_unless_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(RAY_DIR_ENV_VAR, raising=False)
     assert ray_dir().name == f"vnr-ray-{os.getuid()}"

@@ -62,6 +62,7 @@ CONSUMED_ELSEWHERE: dict[str, str] = {
     "report": "cmd_eval: write report.html at the end",
     "verbose": "main: the log level",
     "gym_root": "main: VERIFIERS_NEMO_GYM_ROOT, where names are looked up (a run saves each found folder's path)",
+    "offline_dir": "main: VERIFIERS_NEMO_OFFLINE_DIR, the gathered folder installs come from (_offline/folder.py)",
 }
 """Eval flags that set no ``EvalSettings`` field, and what reads them."""
 

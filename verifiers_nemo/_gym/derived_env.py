@@ -247,7 +247,7 @@ def _install(
             return "declared"
     said = _uv_message(result.stderr) or f"uv exited with status {result.returncode}"
     if offline is not None and not dry_run:
-        said = f"{said}\nA package is not in the offline folder {offline.wheels}: {offline.gather_hint()}."
+        said = f"{said}\nA package is not in the offline folder {offline.wheels}."
     raise GymRuntimeError(said)
 
 

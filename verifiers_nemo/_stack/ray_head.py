@@ -105,11 +105,20 @@ def helper_folder(heads_dir: Path | None, name: str) -> Path:
 @functools.cache
 def head_key(runtime: GymRuntime) -> str:
     """The runtimes that may share a head: the same Ray release on the same Python build (Ray refuses a
-    driver whose Ray or Python version differs from the cluster's)."""
+    driver whose Ray or Python version differs from the cluster's), in the same network namespace (a head binds
+    127.0.0.1, which is another address in another namespace: ``unshare -n``, ``ip netns exec``)."""
     ray_version = _ray_version(runtime)
     base = Path(os.path.realpath(runtime.python))  # a venv's python links to the interpreter it was made from
-    digest = hashlib.sha256(str(base).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(f"{base}\0{_network_namespace()}".encode()).hexdigest()[:8]
     return f"ray{ray_version}-{base.name}-{digest}"
+
+
+def _network_namespace() -> str:
+    """This process's network namespace (``net:[4026531840]``), or ``""`` where /proc does not say."""
+    try:
+        return os.readlink("/proc/self/ns/net")
+    except OSError:
+        return ""
 
 
 def _ray_version(runtime: GymRuntime) -> str:
