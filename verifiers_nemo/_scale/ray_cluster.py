@@ -191,6 +191,7 @@ class RayCluster:
                     "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True),
                     **dict(placement.actor_options or {}),
                 }
+                options["runtime_env"] = with_offline_dir(options.get("runtime_env"))
                 actor = remote.options(**options).remote(env, harness_args)
                 self.workers.append(RayWorker(actor, env, node))
         return self.workers
@@ -209,6 +210,20 @@ class RayCluster:
         if self._temp_dir is not None:
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             self._temp_dir = None
+
+
+def with_offline_dir(runtime_env: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``runtime_env`` with this process's ``VERIFIERS_NEMO_OFFLINE_DIR`` among its ``env_vars`` (a value the
+    user's own runtime_env sets wins): the actors of a cluster started without it install from the same folder.
+    The folder must be at that path on every node (a shared filesystem)."""
+    from .._offline import OFFLINE_DIR_VAR
+
+    folder = os.environ.get(OFFLINE_DIR_VAR)
+    if not folder:
+        return dict(runtime_env) if runtime_env is not None else None
+    merged = dict(runtime_env or {})
+    merged["env_vars"] = {OFFLINE_DIR_VAR: folder, **dict(merged.get("env_vars") or {})}
+    return merged
 
 
 def _first_line(exc: BaseException) -> str:
