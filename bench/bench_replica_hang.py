@@ -94,8 +94,8 @@ def main() -> None:
         others = [o for o in r["outages"] if r["c_url"] not in o["replica"]]
         said = (
             "; ".join(
-                f"{o['outages']}x, {o['seconds']:.1f} s in all{' (still out at the end)' if o.get('still_down') else ''}: "
-                f"{o['reason'][:100]}"
+                f"{o['outages']}x, {o['seconds']:.1f} s in all"
+                f"{' (still out at the end)' if o.get('still_down') else ''}: {o['reason'][:100]}"
                 for o in c_out
             )
             or "never"

@@ -227,7 +227,7 @@ def test_ray_actors_of_a_cluster_started_without_the_folder_install_from_it(gath
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     log = (tmp_path / "ray-start.log").read_text() if (tmp_path / "ray-start.log").exists() else ""
-    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}\n{log[-2000:]}"
     assert "0 errored" in done.stdout and "3/3 rewards equal the recorded ones" in done.stdout, done.stdout
     assert len(list((tmp_path / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 1
     assert left == [], "the cluster's processes outlived it"

@@ -99,3 +99,25 @@ def test_a_stack_starts_with_gym_env_start_where_the_runtime_has_it_else_ng_run(
     runtime = GymRuntime(python=tmp_path / "bin" / "python", prefix=tmp_path, root=tmp_path, nemo_gym_version="0.4.0")
 
     assert runtime.start_command == [str(tmp_path / command[0]), *command[1:]]
+
+
+def test_a_project_folder_with_files_named_like_standard_modules_does_not_break_the_runtime_probes(
+    tmp_path: Path,
+) -> None:
+    """A user's project holds a json.py, a sysconfig.py: the probes of the Gym runtime, run from that folder, still
+    read the runtime (its interpreter does not put the working directory first on its path)."""
+    import json as json_module
+    import os
+    import subprocess
+    import sys
+
+    for name in ("json", "sysconfig", "importlib"):
+        (tmp_path / f"{name}.py").write_text(f"raise SystemExit('the project folder shadowed {name}')\n")
+    cli = str(Path(sys.executable).with_name("verifiers-nemo"))
+    gym07 = Path(__file__).resolve().parents[2] / ".venv-gym07" / "bin" / "python"  # a runtime apart: probed
+    env = {**os.environ, "VERIFIERS_NEMO_CACHE_DIR": str(tmp_path / "cache"), "VERIFIERS_NEMO_GYM_PYTHON": str(gym07)}
+    done = subprocess.run([cli, "envs", "mcqa", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (row,) = [r for r in json_module.loads(done.stdout) if r["name"] == "mcqa"]
+    assert row["extra_deps_state"] == "to install"  # the runtime's packages were read: tiktoken is not among them

@@ -278,7 +278,7 @@ def _uv_message(stderr: str) -> str:
 
 def _constraints(runtime: GymRuntime) -> dict[str, list[str]]:
     result = subprocess.run(
-        [str(runtime.python), "-c", _CONSTRAINTS_PROBE], capture_output=True, text=True, timeout=120
+        [str(runtime.python), "-P", "-c", _CONSTRAINTS_PROBE], capture_output=True, text=True, timeout=120
     )
     if result.returncode != 0:
         raise GymRuntimeError(f"Could not read the versions installed in {runtime.python}: {result.stderr.strip()}")
@@ -286,5 +286,6 @@ def _constraints(runtime: GymRuntime) -> dict[str, list[str]]:
 
 
 def _purelib(env: DerivedEnv) -> Path:
-    out = _run([str(env.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], "read a venv")
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    out = _run([str(env.python), "-P", "-c", code], "read a venv")
     return Path(out.strip())

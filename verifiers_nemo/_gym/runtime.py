@@ -93,7 +93,8 @@ GYM_ENTRY_MODULE = "nemo_gym.cli.main"
 
 def _probe(python: Path) -> dict:
     try:
-        out = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, timeout=60, check=True).stdout
+        argv = [str(python), "-P", "-c", _PROBE]  # -P: a json.py in the working directory shadows no module
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
     except FileNotFoundError as exc:
         raise GymRuntimeError(f"Gym interpreter {python} does not exist.") from exc
     except subprocess.CalledProcessError as exc:
@@ -165,7 +166,7 @@ def site_packages(runtime: GymRuntime) -> tuple[Path, ...]:
     else:
         try:
             out = subprocess.run(
-                [str(runtime.python), "-c", _SITE_PROBE], capture_output=True, text=True, timeout=60, check=True
+                [str(runtime.python), "-P", "-c", _SITE_PROBE], capture_output=True, text=True, timeout=60, check=True
             ).stdout
         except (OSError, subprocess.SubprocessError) as exc:
             raise GymRuntimeError(f"Gym interpreter {runtime.python} failed to start: {exc}") from exc

@@ -71,7 +71,7 @@ def missing_requirements(wanted: Mapping[str, Iterable[str]], runtime: GymRuntim
     if not wanted or cache_key in _satisfied:
         return {}
     out = subprocess.run(
-        [str(runtime.python), "-c", _CHECK_REQUIREMENTS, json.dumps(wanted)],
+        [str(runtime.python), "-P", "-c", _CHECK_REQUIREMENTS, json.dumps(wanted)],
         capture_output=True,
         text=True,
         timeout=60,
