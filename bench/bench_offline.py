@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,8 +69,10 @@ def main() -> int:
     try:
         seconds, code, out = _timed([args.cli, "prepare", *envs, "--gather", str(folder)], connected, work)
         assert code == 0, out[-3000:]
-        gathered = next(line for line in out.splitlines() if line.startswith("gathered "))
-        rows.append(("gather (builds the runtime, installs, wheels)", f"{seconds:.1f} s  ({gathered.split(':')[1]})"))
+        said = re.search(r"gathered (\d+) packages .*: ([\d.]+) MiB, ([\d.]+)s\.", out)
+        assert said, out[-2000:]
+        wheels = f"{said.group(1)} wheels, {said.group(3)} s of it building the folder"
+        rows.append(("gather (builds the runtime, installs, wheels)", f"{seconds:.1f} s ({wheels})"))
         runtime_venv = next((work / "connected-cache" / "gym-runtime").glob("nemo-gym-*"))
         cache = work / "connected-cache"
         folder_bytes, cache_bytes = _du(folder), _du(cache)
@@ -100,7 +103,7 @@ def main() -> int:
         move_s = time.monotonic() - started
         copied = base | {"VERIFIERS_NEMO_CACHE_DIR": str(moved), "UV_CACHE_DIR": str(work / "uv2")}
         seconds, code, out = _timed([args.cli, "eval", envs[0], "-n", "3"], copied, work, offline=True)
-        said = out.strip().splitlines()[-1][:150] if code else "started"
+        said = next((line for line in out.splitlines() if "error:" in line), out.strip()[-150:])[:160]
         ok = "reproduced" if code == 0 and "(all reproduced)" in out else f"failed (exit {code}): {said}"
         rows.append(("copied cache at another path: eval", f"{seconds:.1f} s, {ok} (move {move_s:.1f} s)"))
     finally:

@@ -159,3 +159,21 @@ def test_benchmark_rows_come_from_the_folder_offline_and_are_never_downloaded(tm
     (gathered,) = [r for r in listed if r["name"] == "aime24"]
     assert any("its data" in b for b in unprepared["not_ready_because"]) and "data" in unprepared["network_cell"]
     assert not any("its data" in b for b in gathered["not_ready_because"]) and "data" not in gathered["network_cell"]
+
+
+def test_the_command_itself_goes_offline_with_the_folder_keeping_what_the_user_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    from verifiers_nemo._cli.main import main
+
+    for name in (OFFLINE_DIR_VAR, "HF_HUB_OFFLINE", "UV_OFFLINE", "PIP_NO_INDEX", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(name, "")  # recorded, so that what main sets is undone after the test
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")  # the user's own value
+    assert main(["prepare", "example_single_tool_call", "--check", "--offline-dir", str(tmp_path)]) == 0
+    assert os.environ[OFFLINE_DIR_VAR] == str(tmp_path)
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["UV_OFFLINE"] == "1"
+    assert os.environ["TRANSFORMERS_OFFLINE"] == "0"
+    assert "example_single_tool_call: would start" in capsys.readouterr().out

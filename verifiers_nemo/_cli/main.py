@@ -23,10 +23,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         given = [os.path.abspath(os.path.expanduser(d)) for d in args.gym_root]
         os.environ[GYM_ROOT_VAR] = os.pathsep.join([*given, *filter(None, [os.environ.get(GYM_ROOT_VAR)])])
-    if getattr(args, "offline_dir", None):
-        from .._offline.folder import OFFLINE_DIR_VAR
+    from .._offline.folder import OFFLINE_DIR_VAR, network_off_env
 
+    if getattr(args, "offline_dir", None):
         os.environ[OFFLINE_DIR_VAR] = os.path.abspath(os.path.expanduser(args.offline_dir))
+    for name, value in network_off_env().items():  # offline: this process's own Hugging Face and pip too
+        os.environ.setdefault(name, value)
     try:
         return args.handler(args)
     except KeyboardInterrupt:
