@@ -177,3 +177,11 @@ def test_the_command_itself_goes_offline_with_the_folder_keeping_what_the_user_s
     assert os.environ["HF_HUB_OFFLINE"] == "1" and os.environ["UV_OFFLINE"] == "1"
     assert os.environ["TRANSFORMERS_OFFLINE"] == "0"
     assert "example_single_tool_call: would start" in capsys.readouterr().out
+
+
+def test_the_check_names_the_download_calls_a_run_may_make(capsys: pytest.CaptureFixture[str]) -> None:
+    from verifiers_nemo._cli.main import main
+
+    main(["prepare", "swerl_llm_judge", "--check"])
+    out = capsys.readouterr().out
+    assert "the run needs: the network, maybe: swerl_llm_judge/utils.py:" in out and "load_dataset(" in out

@@ -33,6 +33,8 @@ class Verdict:
         head = f"{self.name}: {'would NOT start' if self.missing else 'would start'}"
         body = [f"  missing: {m}" for m in self.missing] + [f"  ok: {r}" for r in self.ready]
         body += [f"  the run needs: {n}" for n in self.needs]
+        if any(n.startswith("the network, maybe") for n in self.needs):
+            body.append("  (the network, maybe: a download call read in its servers' code; offline, a run fails there)")
         return [head, *body]
 
 
@@ -137,6 +139,9 @@ def _add_needs(env: GymEnvironment, runtime: GymRuntime, verdict: Verdict) -> No
         verdict.needs.append(f"a judge endpoint: --judge {judges[0]}=URL,MODEL (reachable from this machine)")
     verdict.needs += [f"${v['name']} set" for v in row["variables"] if v["required"] and not v["set"]]
     verdict.needs += [f"an external service: {reason}" for reason in row["external_reasons"]]
+    downloads = [use["detail"].removeprefix("may download at run time: ") for use in row["network"]]
+    verdict.needs += [f"the network, maybe: {call}" for use, call in zip(row["network"], downloads, strict=True)
+                      if use["what"] == "download"]  # fmt: skip
 
 
 def _dry_run(python: Path, requirements: list[str], folder: OfflineFolder) -> str | None:
