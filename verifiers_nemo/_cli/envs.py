@@ -202,13 +202,15 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
 
 
 def _benchmark_rows_present(env: Any) -> bool:
-    """A benchmark's rows are prepared in its tree, or gathered into the offline folder named."""
-    from .._offline import offline_folder
+    """A benchmark's rows are where ``benchmark_data`` finds them: prepared in its tree, or in the offline folder."""
+    from .._exceptions import TasksetError
+    from .._tasks.benchmark_rows import benchmark_data
 
-    if env.search.find(env.benchmark.jsonl_fpath).is_file():
-        return True
-    folder = offline_folder()
-    return folder is not None and folder.data_file(env.benchmark.jsonl_fpath) is not None
+    try:
+        benchmark_data(env)
+    except TasksetError:
+        return False
+    return True
 
 
 def _needs_cell(needs: list[str], judges: Sequence[str]) -> str:
