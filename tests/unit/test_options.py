@@ -90,6 +90,7 @@ _FAILING_FAST = {
     "replay-server": ["replay-server", "no_such_env_xyz"],
     "report": ["report", "no/such/run"],
     "export": ["export", "no/such/run"],
+    "ps": ["ps", "--json"],
 }
 
 

@@ -18,6 +18,7 @@ from .envs import cmd_envs
 from .eval import cmd_eval
 from .export import EXPORTS_FOLDER, INSPECT, cmd_export
 from .prepare import cmd_prepare
+from .ps import cmd_ps
 from .replay_server import cmd_replay_server
 from .report import cmd_report
 
@@ -100,6 +101,17 @@ COMMAND_TEXTS: dict[str, tuple[str, str]] = {
             "the resources-server configs (every release); a resources server whose name an environment or "
             "benchmark claims is shown as resources_servers/NAME, the name that runs it. And what running each "
             "needs."
+        ),
+    ),
+    "ps": (
+        "what verifiers-nemo runs for you on this machine (stacks, shared helpers, their processes, ports and folders)",
+        (
+            "List what this package runs for the current user on this machine: every Gym stack (its run id, the "
+            "process that owns it, its processes and ports, its run and log folders), the shared Ray head and warm "
+            "parents (who holds them), the local Ray clusters of --ray, and where each folder lives. A stack whose "
+            "owner is gone, or a helper no process holds, is left over (a run killed with its supervisors, e.g. by "
+            "kill -9 of every process); --clean stops those and removes their folders. Only your own processes are "
+            "read or touched, never those of a live run or of another user."
         ),
     ),
     "prepare": (
@@ -538,6 +550,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _gym_root_option(pr)
     _offline_dir_option(pr)
+
+    ps = _command(commands, "ps", cmd_ps)
+    ps_mode = ps.add_mutually_exclusive_group()
+    ps_mode.add_argument(
+        "--clean",
+        action="store_true",
+        help="stop what runs that are gone left (their stacks, unheld helpers, --ray clusters) and remove their "
+        "folders; logs stay",
+    )
+    ps_mode.add_argument("--json", action="store_true", help="print JSON instead of text")
 
     rs = _command(commands, "replay-server", cmd_replay_server)
     rs.add_argument(

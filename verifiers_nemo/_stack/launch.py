@@ -26,7 +26,7 @@ from .._signals import before_forced_exit
 from .config import HOST, StackConfig
 from .launchers import launcher_venv
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
-from .plan import POLICY_IMPLEMENTATION, address_config, child_env, ng_run_argv, policy_model_config, run_id
+from .plan import POLICY_IMPLEMENTATION, RUN_VAR, address_config, child_env, ng_run_argv, policy_model_config, run_id
 from .procs import (
     PortReservation,
     http_ok,
@@ -219,6 +219,7 @@ def _new_launch(
     own = config_variable_names(config.config_paths)  # the env's own variables reach its servers only
     env = child_env(os.environ, runtime.bin_dir, replace(config, pass_env=(*config.pass_env, *own)))
     env |= ray_head.env() if ray_head is not None else {}
+    env[RUN_VAR] = str(run_dir)  # every process of the launch says which run it is of (``verifiers-nemo ps``)
     if warm is None:
         supervisor: Supervised = start_supervised(runtime.python, spec, cwd=run_dir, env=env)
     else:

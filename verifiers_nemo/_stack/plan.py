@@ -176,6 +176,11 @@ def child_env(environ: Mapping[str, str], bin_dir: Path, config: StackConfig) ->
     return env | network_off_env()  # an offline folder named: Gym's uv, pip and Hugging Face stay off the network
 
 
+RUN_VAR = "VERIFIERS_NEMO_RUN"
+"""Set in the environment of every process of a launch: its run folder (``<cache>/runs/<run id>``, see ``run_id``),
+which ``verifiers-nemo ps`` reads."""
+
+
 def run_id(name: str, pid: int, token: str) -> str:
     """A launch's folder name, ``<name>-<owner pid>-<token>``: swept once its owner is gone."""
     return f"{re.sub(r'[^A-Za-z0-9_.]+', '_', name) or '_'}-{pid}-{token}"

@@ -40,6 +40,12 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
+def process_sid(pid: int) -> int | None:
+    """The session id of ``pid``, None when it is gone."""
+    fields = _stat_fields(pid)
+    return int(fields[3]) if fields else None
+
+
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (not gone, not a zombie)."""
     fields = _stat_fields(pid)
@@ -203,8 +209,8 @@ def remove_legacy_port_locks(lock_dir: Path) -> None:
         lock_dir.rmdir()
 
 
-def _listening_rows(port: int) -> list[list[str]]:
-    """The rows of ``/proc/net/tcp`` and ``tcp6`` of sockets listening on TCP ``port`` (their fields)."""
+def _listening_sockets() -> list[list[str]]:
+    """The rows of ``/proc/net/tcp`` and ``tcp6`` of listening sockets (their fields)."""
     found = []
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -212,10 +218,33 @@ def _listening_rows(port: int) -> list[list[str]]:
                 rows = f.readlines()[1:]
         except OSError:
             continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                found.append(fields)
+        found.extend(fields for fields in map(str.split, rows) if len(fields) > 9 and fields[3] == "0A")
+    return found
+
+
+def _port(fields: list[str]) -> int:
+    return int(fields[1].rsplit(":", 1)[1], 16)
+
+
+def _listening_rows(port: int) -> list[list[str]]:
+    """The listening sockets' rows (``_listening_sockets``) of TCP ``port``."""
+    return [fields for fields in _listening_sockets() if _port(fields) == port]
+
+
+def listening_ports(pids: list[int]) -> dict[int, list[int]]:
+    """The TCP ports (IPv4 or IPv6) each of ``pids`` holds a listening socket on (those that hold one)."""
+    by_inode = {f"socket:[{fields[9]}]": _port(fields) for fields in _listening_sockets()}
+    found: dict[int, list[int]] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                port = by_inode.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                if port is not None:
+                    found.setdefault(pid, []).append(port)
     return found
 
 

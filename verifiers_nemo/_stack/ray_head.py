@@ -273,7 +273,11 @@ def _remove_remains(state: HeadState) -> None:
     of this user's, and only a Ray temporary folder of this user's: what ``_start_head_once`` made)."""
     if state.mine():
         kill_session(state.pid, timeout=5.0)
-    temp_dir = Path(state.temp_dir)
+    remove_head_temp_dir(Path(state.temp_dir))
+
+
+def remove_head_temp_dir(temp_dir: Path) -> None:
+    """Remove a head's Ray temporary folder: only one ``_start_head_once`` could have made, and only this user's."""
     ours = temp_dir.parent == Path(tempfile.gettempdir()) and temp_dir.name.startswith("vnr-ray-")
     if ours and owned_by_me(temp_dir):
         remove_path(temp_dir)
