@@ -345,6 +345,17 @@ def test_partly_overlapping_runs_are_compared_on_the_common_tasks(tmp_path: Path
     assert "2 tasks only in" in result["notes"][0]
 
 
+def test_runs_of_different_nemo_gym_releases_are_compared_with_a_note_on_their_rows(tmp_path: Path) -> None:
+    a = load_run(write_run(tmp_path / "a", tasks=3, repeats=1), keep_tasks=True)
+    folder = write_run(tmp_path / "b", tasks=3, repeats=1)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata["versions"]["nemo-gym"] = "0.7.0"
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    notes = compare(a, load_run(folder, keep_tasks=True))["notes"]
+    assert any("different nemo-gym releases (0.4.0 vs 0.7.0)" in note and "jsonl_path" in note for note in notes)
+    assert not any("releases" in note for note in compare(a, a)["notes"])
+
+
 # -- the HTML ------------------------------------------------------------------------------------------
 
 

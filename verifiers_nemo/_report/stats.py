@@ -221,6 +221,13 @@ def compare(a: Run, b: Run, *, listed: int = MAX_TASK_ROWS) -> dict[str, Any]:
         )
     if a_threshold != b_threshold:
         notes.append(f"pass thresholds differ ({a_threshold:g} vs {b_threshold:g}); each run's own is used")
+    gym_a, gym_b = a.info.get("nemo-gym"), b.info.get("nemo-gym")
+    if gym_a and gym_b and gym_a != gym_b:
+        notes.append(
+            f"the runs ran different nemo-gym releases ({gym_a} vs {gym_b}): tasks are matched by index, the same "
+            "row only where both releases ship the same rows; to compare on the same rows, run both on one file "
+            "(-a '{\"jsonl_path\": FILE}')"
+        )
     shown = _listed(pairs, listed)
     if len(shown) < len(pairs):
         notes.append(
