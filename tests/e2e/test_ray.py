@@ -19,6 +19,7 @@ import pytest_asyncio
 
 from tests.e2e.policies import PolicyServer, message
 from tests.faults.helpers import pids_with_env
+from tests.unit.fake_upstream import Frozen
 from verifiers_nemo import Endpoint, NeMoGymPool, Replicas, load_environment
 
 ray = pytest.importorskip("ray")
@@ -170,6 +171,34 @@ async def test_calls_an_actor_cannot_place_on_a_dead_replica_move_to_a_live_one_
     assert all(not r.failed_over and r.endpoint == "live" for r in results[1:])  # the driver placed none there again
     assert [name for name, _ in replicas.down()] == ["dead"]
     assert policy.calls >= len(tasks)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_calls_an_actor_placed_on_a_hung_replica_move_to_a_live_one_while_it_hangs(
+    pool: NeMoGymPool, replays: dict[str, list[Any]]
+) -> None:
+    """A replica that accepts connections and never answers (a frozen engine), beside a live one: the actor's hang
+    watch takes it out while it hangs (no answer to GET /models either) and the call waiting there moves to the live
+    one, long before a call's budget (600 s); every rollout scores, and the driver leaves the hung replica too."""
+
+    async def answer(body: dict[str, Any], request: Any) -> list[dict[str, Any]]:
+        return [message("done")]
+
+    env = ENVS[1]
+    tasks = [dataclasses.replace(replays[env][i % 5], rollout_index=20 + i // 5) for i in range(6)]
+    async with Frozen() as frozen, PolicyServer(answer) as policy:
+        hung, live = Endpoint(frozen.base_url, "m", name="hung"), Endpoint(policy.base_url, "m", name="live")
+        with Replicas([hung, live]) as replicas:
+            started = time.monotonic()
+            results = [r async for r in pool.run(tasks, replicas, concurrency=1)]
+            took = time.monotonic() - started
+            down = [name for name, _ in replicas.down()]
+
+    assert all(r.ok for r in results), [r.error for r in results if not r.ok]
+    assert results[0].failed_over == ["hung"] and results[0].endpoint == "live"  # the first waited there, then moved
+    assert all(not r.failed_over and r.endpoint == "live" for r in results[1:])  # the driver placed none there again
+    assert down == ["hung"] and frozen.accepted >= 1
+    assert took < 300, f"moved only after {took:.0f}s: at a call's budget, not while it hung"
 
 
 @pytest.mark.asyncio(loop_scope="module")
