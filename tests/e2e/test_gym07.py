@@ -116,6 +116,8 @@ async def test_a_judge_that_cannot_be_reached_masks_every_row_and_nothing_is_cal
     metadata = json.loads(next((tmp_path / "out").rglob("metadata.json")).read_text())
     assert metadata["versions"]["nemo-gym"] == "0.7.0"
     assert metadata["summary"]["replay"]["masked"] == 3 and metadata["summary"]["replay"]["compared"] == 0
+    [answer] = metadata["summary"]["gym_metrics"][AALCR].values()  # asked of the stack that ran them, Ray's too
+    assert "error" not in answer and answer["rollouts"] == 3, answer
 
 
 async def test_masked_episodes_are_not_trainable_under_vf_eval(gym07: str, tmp_path: Path, closed_port: int) -> None:

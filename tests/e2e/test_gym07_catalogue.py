@@ -105,10 +105,15 @@ def test_names_resolve_as_gym_s_combined_catalogue_resolves_them(gym07: str) -> 
 
 def test_environments_replay_their_recordings_by_name_on_the_cli_and_in_python(gym07: str, tmp_path: Path) -> None:
     """Gym 0.7's `environments/NAME` run by the name Gym gives them: the CLI's replay reproduces every recorded
-    reward of three of them (in one run), and Python's harness does for one named explicitly."""
+    reward of three of them (in one run, with each one's own Gym metrics), and Python's harness does for one named
+    explicitly."""
     done = _cli("eval", "arc_agi,circle_count,circle_click", "-n", "3", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "9/9 rewards equal the recorded ones" in done.stdout, done.stdout[-2000:]
+    gym_lines = done.stdout.split("Gym metrics", 1)[-1].split("Errors", 1)[0]  # a mix: each env's stack asked
+    for env in ("arc_agi", "circle_count", "circle_click"):
+        assert f"{env} (" in gym_lines, done.stdout[-3000:]
+    assert "not available" not in gym_lines, gym_lines
 
     tasks = NeMoGymTaskset("environments/circle_count", recorded=True, gym_python=gym07, limit=3)
     assert tasks.env is not None and tasks.env.kind == "environment"

@@ -57,13 +57,22 @@ class GymMetricsTally:
         return bool(self.entries)
 
 
-async def ask_gym_metrics(urls: Mapping[tuple[str, str | None], str], tally: GymMetricsTally) -> dict[str, Any]:
-    """``{env: {agent: Gym's answer, or {"error": why}}}`` for each (environment, agent) of ``tally`` whose
+VerifyEntries = Mapping[tuple[str, str | None], list[dict[str, Any]]]
+"""Verify responses by (environment, agent): ``GymMetricsTally.entries``."""
+
+
+def aggregate_metrics_url(harness: Any, agent: str | None) -> str:
+    """Where a running harness's stack answers ``/aggregate_metrics`` for ``agent``'s rollouts: beside its ``/run``."""
+    return harness.stack.run_url(agent).removesuffix("/run") + "/aggregate_metrics"
+
+
+async def ask_gym_metrics(urls: Mapping[tuple[str, str | None], str], entries_by: VerifyEntries) -> dict[str, Any]:
+    """``{env: {agent: Gym's answer, or {"error": why}}}`` for each (environment, agent) of ``entries_by`` whose
     ``/aggregate_metrics`` URL ``urls`` knows."""
     answers: dict[str, Any] = {}
     timeout = aiohttp.ClientTimeout(total=_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        for (env, agent), entries in tally.entries.items():
+        for (env, agent), entries in entries_by.items():
             url = urls.get((env, agent))
             if url is None:
                 continue

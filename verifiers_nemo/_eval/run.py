@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._exceptions import ConfigurationError
-from .gym_metrics import VERIFY_KEY, GymMetricsTally, ask_gym_metrics, verify_entry
+from .gym_metrics import VERIFY_KEY, GymMetricsTally, aggregate_metrics_url, ask_gym_metrics, verify_entry
 from .results import ExpectedRollouts
 from .settings import MIX_STRIDE, EvalSettings, check_env_args
 from .tasks import EnvRows, RunTasks
@@ -344,10 +344,13 @@ class Evaluation:
             self._count_judge_calls()
 
     async def gym_metrics(self, tally: GymMetricsTally) -> dict[str, Any]:
-        """Gym's own metrics of the run's verify responses, asked of this process's stacks (``gym_metrics``); empty
-        when the rollouts ran elsewhere (Ray actors, verifiers' training client) or no stack is running."""
-        if self.pool is not None or self.training is not None:
+        """Gym's own metrics of the run's verify responses, asked of the stacks that ran them (``gym_metrics``: this
+        process's, or a live worker's of each environment in a mix or on Ray actors); empty under verifiers' training
+        client (its rollouts ran through verifiers) or when no stack is running."""
+        if self.training is not None:
             return {}
+        if self.pool is not None:
+            return await self.pool.gym_metrics(tally.entries)
         urls = {}
         for env in self.envs:
             harness = env.harness
@@ -355,8 +358,8 @@ class Evaluation:
                 continue
             for env_name, agent in tally.entries:
                 if env_name == harness.env_name:
-                    urls[(env_name, agent)] = harness.stack.run_url(agent).removesuffix("/run") + "/aggregate_metrics"
-        return await ask_gym_metrics(urls, tally) if urls else {}
+                    urls[(env_name, agent)] = aggregate_metrics_url(harness, agent)
+        return await ask_gym_metrics(urls, tally.entries) if urls else {}
 
     def replica_outages(self) -> list[dict[str, Any]]:
         """This session's outages of the ``-b`` replicas (which, when, how long, why), in the order they began."""

@@ -24,6 +24,8 @@ class WorkerHandle(Protocol):
 
     async def judge_calls(self) -> dict[str, list[Any]]: ...
 
+    async def gym_metrics(self, entries: dict[str | None, list[dict[str, Any]]]) -> dict[str, Any]: ...
+
     async def stop(self) -> None: ...
 
 
@@ -43,6 +45,9 @@ class LocalWorker:
 
     async def judge_calls(self) -> dict[str, list[Any]]:
         return self.worker.judge_calls()
+
+    async def gym_metrics(self, entries: dict[str | None, list[dict[str, Any]]]) -> dict[str, Any]:
+        return await self.worker.gym_metrics(entries)
 
     async def stop(self) -> None:
         await self.worker.stop()

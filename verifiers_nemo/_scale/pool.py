@@ -271,6 +271,24 @@ class NeMoGymPool:
             picker.close()
             await self._collect_judge_calls()
 
+    async def gym_metrics(self, entries: Mapping[tuple[str, str | None], list[dict[str, Any]]]) -> dict[str, Any]:
+        """Gym's own metrics (``/aggregate_metrics``) of verify responses by (environment, agent), each environment's
+        asked of one live worker of it: ``{env: {agent: answer}}`` (``_eval/gym_metrics.py``)."""
+        by_env: dict[str, dict[str | None, list[dict[str, Any]]]] = {}
+        for (env, agent), rows in entries.items():
+            by_env.setdefault(env, {})[agent] = rows
+        answers: dict[str, Any] = {}
+        for env, agents in by_env.items():
+            for seat in (s for s in self._seats if s.alive and s.handle.env == env):
+                try:
+                    answer = await seat.handle.gym_metrics(agents)
+                except WorkerLost:
+                    continue  # another worker of the environment, if one is left
+                if answer:
+                    answers[env] = answer
+                    break
+        return answers
+
     # -- judges ----------------------------------------------------------------------------------
 
     async def _collect_judge_calls(self) -> None:

@@ -95,6 +95,14 @@ class RayWorker:
         except ray.exceptions.RayActorError:
             return {}
 
+    async def gym_metrics(self, entries: dict[str | None, list[dict[str, Any]]]) -> dict[str, Any]:
+        """Its environment's metrics, asked of its stack (``StackWorker.gym_metrics``); ``WorkerLost`` when it died."""
+        ray = _ray()
+        try:
+            return await self.actor.gym_metrics.remote(entries)
+        except ray.exceptions.RayActorError as exc:
+            raise WorkerLost(f"the {self.label} died: {_first_line(exc)}") from None
+
     async def gym_sessions(self) -> list[int]:
         return await self.actor.gym_sessions.remote()
 

@@ -86,6 +86,18 @@ class StackWorker:
         """The judge calls recorded since the last call, by judge name."""
         return self.harness.judge_calls()
 
+    async def gym_metrics(self, entries: dict[str | None, list[dict[str, Any]]]) -> dict[str, Any]:
+        """Gym's own metrics of verify responses of this environment's rollouts (by agent), as its stack's
+        ``/aggregate_metrics`` answers them: ``{agent: answer}``; empty when the stack is not running."""
+        from .._eval.gym_metrics import aggregate_metrics_url, ask_gym_metrics
+
+        if not self.harness.started:
+            return {}
+        env = self.harness.env_name
+        urls = {(env, agent): aggregate_metrics_url(self.harness, agent) for agent in entries}
+        answers = await ask_gym_metrics(urls, {(env, agent): rows for agent, rows in entries.items()})
+        return answers.get(env, {})
+
     def gym_sessions(self) -> list[int]:
         """Session ids of this worker's own Gym processes (its stack's supervisor; the Ray head it joined is
         the machine's, shared with other processes, and outlives the worker while they hold it)."""
