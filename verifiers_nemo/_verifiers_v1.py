@@ -456,10 +456,13 @@ def _refuse_policy_judge_without_judge(nemo_env: str, gym_python: str | None, co
 
 
 class _ToVerifiersLog(logging.Handler):
-    """Hands our records to verifiers' logger tree: only ``verifiers.v1`` reaches vf-eval's log."""
+    """Hands our records to verifiers' logger tree where verifiers owns its output (vf-eval: its library logger
+    keeps its records, ``propagate`` off); elsewhere (our own CLI's training check) that tree ends at the root logger,
+    which has our records already."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        logger.handle(record)
+        if not logging.getLogger("verifiers.v1").propagate:
+            logger.handle(record)
 
 
 def _forward_logs_to_verifiers() -> None:

@@ -207,6 +207,9 @@ def test_the_training_check_runs_offline_with_a_local_tokenizer_on_both_releases
     assert "4/4 rewards equal the recorded ones" in checked.stdout, checked.stdout
     assert "Training     verifiers' training client · renderer qwen3" in checked.stdout
     assert len(list((offline / "cache").glob("derived-envs/*/.verifiers-nemo-complete"))) == 2
+    said = [line for line in checked.stderr.splitlines() if line.startswith(("INFO ", "WARNING "))]
+    assert said, "its first start says what it installs"
+    assert len(said) == len(set(said)), f"a line said twice (our records handed to verifiers' logger too): {said}"
 
 
 @needs_netns

@@ -337,3 +337,23 @@ def test_rollouts_a_text_renderer_cannot_carry_are_said_as_such_not_as_failures(
     assert vision["not_carried"] == {"images": 1} and "failed" not in vision
     text = format_summary(_metadata(summary))
     assert "vision: 0.00 samples/rollout · 0/1 one sample · 0 forked · 1 not carried (images: a text renderer" in text
+
+
+# -- where a training client's call stands in its recording (the replay engine) -----------------------------
+
+
+def test_a_call_continuing_an_earlier_prompt_gets_the_turn_after_it_and_a_fresh_context_the_first() -> None:
+    """Each generate request carries its prompt's token IDs: a call whose prompt continues an earlier one's (a
+    multi-turn agent) is the next turn; a call on a context of its own (langgraph's planners and workers call the
+    model on fresh message lists) is answered with the first turn, as the eval's replay answers it; the same prompt
+    sent again gets the same turn."""
+    from verifiers_nemo._training.engine import RolloutNotes
+
+    notes = RolloutNotes()
+    assert notes.turn_for([1, 2, 3]) == 0
+    assert notes.turn_for([1, 2, 3, 9, 9, 4]) == 1  # the first prompt, its completion, a tool result, a header
+    assert notes.turn_for([1, 2, 3, 9, 9, 4, 8, 5]) == 2
+    assert notes.turn_for([7, 7]) == 0  # a context of its own
+    assert notes.turn_for([1, 2, 3, 9, 9, 4]) == 1  # sent again
+    assert notes.turn_for([1, 2, 3, 6]) == 1  # a branch after the first turn (a re-rendered history) continues it
+    assert RolloutNotes().turn_for(None) == 0 and RolloutNotes(calls=3).turn_for(None) == 3  # no token IDs: in order

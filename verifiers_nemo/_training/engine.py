@@ -11,8 +11,9 @@ recording), so where the shape carries weight versions its one version, ``REPLAY
 completion.
 
 Each recorded rollout has a root of its own, ``<url>/row/<task index>``: a training client's ``base_url`` is
-``endpoint_for(task)``, and its turns are counted per rollout by the ``X-Session-ID`` header the client sends (the
-trace's id), so a retried episode (a new trace) starts again from the first turn. What the engine noticed about a
+``endpoint_for(task)``, and a call's place in the recording is found per rollout (the ``X-Session-ID`` header the
+client sends: the trace's id, so a retried episode, a new trace, starts again from the first turn) by the earlier
+prompt its own continues (``RolloutNotes.turn_for``). What the engine noticed about a
 rollout (a turn its renderer cannot carry, a call past the recording's end) is kept until ``take_notes`` reads it.
 """
 
@@ -51,10 +52,29 @@ class RolloutNotes:
     """What the engine saw of one rollout (one trace)."""
 
     calls: int = 0
+    prompts: list[tuple[list[int], int]] = field(default_factory=list)
+    """Each call's prompt token IDs and the recorded turn it was answered with."""
     unfaithful: list[str] = field(default_factory=list)
     """Turns the renderer reads back as something else than recorded (``turn N: ...``)."""
     exhausted: bool = False
     """The rollout asked for a turn after the recording's last."""
+
+    def turn_for(self, prompt: list[int] | None) -> int:
+        """Which recorded turn answers a call with this prompt: the one after the turn of the longest earlier prompt
+        it continues (that prompt is where it starts), the same turn again for the same prompt (a call sent again),
+        the first for a prompt that continues none (an agent that calls the model on a context of its own, as
+        langgraph's planners do, is answered as the eval's replay answers it). Without token IDs: calls in order."""
+        if not prompt:
+            return self.calls
+        turn, longest = 0, -1
+        for earlier, earlier_turn in self.prompts:
+            if earlier == prompt:
+                turn, longest = earlier_turn, len(prompt)
+                break
+            if longest < len(earlier) < len(prompt) and prompt[: len(earlier)] == earlier:
+                turn, longest = earlier_turn + 1, len(earlier)
+        self.prompts.append((prompt, turn))
+        return turn
 
 
 class ReplayEngine(LoopThreadServer):
@@ -162,7 +182,8 @@ class ReplayEngine(LoopThreadServer):
         sampling = body.get("sampling_params") or {}
         with self._lock:
             notes = self._notes.setdefault(session, RolloutNotes())
-            turn = notes.calls
+            prompt = body.get("token_ids")
+            turn = notes.turn_for(prompt if isinstance(prompt, list) else None)
             notes.calls += 1
             if turn >= len(turns):
                 notes.exhausted = True
