@@ -251,3 +251,20 @@ def _root(gym_python: str) -> Path:
     from verifiers_nemo._gym import gym_root
 
     return gym_root(gym_python)
+
+
+async def test_a_config_whose_environment_server_inherits_gym_s_template_runs_through_it(
+    gym07: str, tmp_path: Path
+) -> None:
+    """0.7's typed environment server `single_agent_turn_legacy`, as Gym composes it for example_single_tool_call
+    (its config inherits the server's template with `_inherit_from`, filling in the `???` names): run by the config's
+    path, each rollout goes through that environment server, and every recorded reward comes back."""
+    config = _root(gym07) / "resources_servers/example_single_tool_call/configs"
+    config /= "example_single_tool_call_single_agent_turn.yaml"
+    argv = [str(CLI), "eval", str(config), "-n", "5", "-s", "-o", "out"]
+    code, output = await _run(argv, tmp_path, {"VERIFIERS_NEMO_GYM_PYTHON": gym07})
+
+    assert code == 0, output[-3000:]
+    assert "5/5 rewards equal the recorded ones" in output, output[-3000:]
+    rows = [json.loads(line) for path in (tmp_path / "out").rglob("results.jsonl") for line in path.open()]
+    assert len(rows) == 5 and all(r["error"] is None for r in rows)

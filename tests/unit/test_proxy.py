@@ -208,6 +208,22 @@ async def test_metadata_key_wins_over_model_and_never_falls_back(
     assert len(a.calls) == 1 and b.calls == []
 
 
+@pytest.mark.parametrize("prefix", ["/ng-rollout/7-0-a1", "/ng-rollout/7-0-a1/training-token-capture"])
+async def test_a_call_under_gym_s_rollout_path_prefix_is_routed_as_without_it(
+    proxy: RoutingProxy, fake: FakeUpstream, client: aiohttp.ClientSession, prefix: str
+) -> None:
+    """nemo-gym 0.7's environment servers hand their agent the model's URL under /ng-rollout/<rollout id>/ (Gym's
+    model servers strip it): the call reaches its route as any other."""
+    route = proxy.open_route(Endpoint(base_url=fake.base_url, model="m"))
+
+    async with client.post(f"{proxy.url}{prefix}/v1/responses", json=gym_body(route.key)) as resp:
+        assert resp.status == 200, await resp.text()
+    async with client.get(f"{proxy.url}{prefix}/v1/models") as resp:
+        assert resp.status == 200
+
+    assert len(route.calls) == 1 and fake.requests[0].body["model"] == "m"
+
+
 async def test_request_is_rewritten_for_the_endpoint(
     proxy: RoutingProxy, fake: FakeUpstream, client: aiohttp.ClientSession
 ) -> None:

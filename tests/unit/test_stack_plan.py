@@ -79,6 +79,50 @@ def test_an_environment_whose_agent_names_no_server_of_its_configs_is_refused_be
         NeMoGymHarness(config_paths=[folder / "configs" / "tiny.yaml"]).check()
 
 
+INHERITED = """\
+relay_template:
+  environment_servers:
+    relay:
+      entrypoint: app.py
+      resources_server:
+        type: resources_servers
+        name: ???
+      agent_server:
+        type: responses_api_agents
+        name: ???
+      timeout: 60
+tiny_relay:
+  _inherit_from: relay_template
+  environment_servers:
+    relay:
+      resources_server: {type: resources_servers, name: tiny_resources}
+      agent_server: {type: responses_api_agents, name: tiny_agent}
+"""
+
+
+def test_an_entry_that_inherits_a_template_is_the_template_with_its_own_keys_over_it_and_the_template_is_gone(
+    tmp_path: Path,
+) -> None:
+    """nemo-gym 0.7's `_inherit_from` (e.g. its single_agent_turn_legacy environment server, whose template names
+    `???` servers): the inheriting entry runs with the names it fills in, the template is no server of its own (Gym
+    moves it), so no `???` reference is refused as a typo."""
+    servers = {s.name: s for s in stack_servers(_config(tmp_path, CONFIG + INHERITED))}
+
+    assert set(servers) == {"tiny_resources", "tiny_agent", "tiny_relay"}
+    relay = servers["tiny_relay"].config
+    assert relay["entrypoint"] == "app.py" and relay["timeout"] == 60
+    assert relay["resources_server"]["name"] == "tiny_resources" and relay["agent_server"]["name"] == "tiny_agent"
+
+
+def test_an_entry_that_copies_another_leaves_the_original_in_place(tmp_path: Path) -> None:
+    copied = CONFIG + "tiny_agent_2:\n  _copy: tiny_agent\n"
+    assert [s.name for s in stack_servers(_config(tmp_path, copied))] == [
+        "tiny_resources",
+        "tiny_agent",
+        "tiny_agent_2",
+    ]
+
+
 def test_policy_model_points_at_the_proxy() -> None:
     entry = policy_model_config("http://127.0.0.1:4321")
     ((_, settings),) = entry["policy_model"]["responses_api_models"].items()
@@ -150,3 +194,22 @@ def test_gym_processes_never_see_secrets(tmp_path: Path) -> None:
     assert env["ALLOWED_TOKEN"] == "c" and env["HOME"] == "/root"
     assert env["PATH"] == "/rt/bin:/usr/bin" and "VIRTUAL_ENV" not in env
     assert env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("implementation", "takes_rows"),
+    [("legacy_agent", True), ("single_agent_turn_legacy", True), ("single_agent_turn", False)],
+)
+def test_rollouts_go_to_an_environment_server_that_takes_rows_at_its_run(implementation: str, takes_rows: bool) -> None:
+    """Gym's collector posts a row to the environment server in front of its agent when that server takes rows
+    (0.7's legacy_agent relay and single_agent_turn_legacy); the typed single_agent_turn takes episodes instead."""
+    from verifiers_nemo._gym.config import ServerInstance
+
+    server = ServerInstance(
+        "env_server",
+        "environment_servers",
+        implementation,
+        {"agent_server": {"type": "responses_api_agents", "name": "a"}},
+    )
+    assert server.relays_run_of("a") is takes_rows
+    assert not server.relays_run_of("another_agent")

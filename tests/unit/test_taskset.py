@@ -223,7 +223,7 @@ def test_packaged_rows_naming_another_configs_agent_run_on_the_datasets_agent() 
     assert tasks.agents == ("structured_outputs_simple_agent",)
 
 
-def test_gym_row_drops_nulls_verify_outputs_and_gym_stamps() -> None:
+def test_gym_row_drops_nulls_verify_outputs_and_the_recorded_gym_stamps_and_stamps_its_own_indices() -> None:
     task = taskset("example_multi_step", recorded=True)[0]
     raw_params = task.row["responses_create_params"]
     assert any(value is None for value in raw_params.values())
@@ -233,7 +233,11 @@ def test_gym_row_drops_nulls_verify_outputs_and_gym_stamps() -> None:
     assert all(value is not None for value in sent["responses_create_params"].values())
     assert sent["responses_create_params"]["input"] == raw_params["input"]
     assert "response" not in sent and "reward" not in sent
-    assert not any(key.startswith("_ng_") for key in sent)
+    # the recording's own stamps go; this rollout's indices are stamped as Gym's collector stamps them
+    assert {key: sent[key] for key in sent if key.startswith("_ng_")} == {
+        "_ng_task_index": task.task_index,
+        "_ng_rollout_index": task.rollout_index,
+    }
     assert "response" in task.row  # the raw row is left as read
 
 

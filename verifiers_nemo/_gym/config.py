@@ -23,6 +23,10 @@ RESPONSES_API_AGENTS = "responses_api_agents"
 RESPONSES_API_MODELS = "responses_api_models"
 ENVIRONMENT_SERVERS = "environment_servers"
 LEGACY_AGENT_RELAY = "legacy_agent"
+FLAT_RUN_SERVERS = frozenset({LEGACY_AGENT_RELAY, "single_agent_turn_legacy"})
+"""nemo-gym 0.7's environment servers that take a row at ``/run`` and answer a Gym result, as an agent does:
+``legacy_agent`` relays it to its agent; ``single_agent_turn_legacy`` seeds the resources server and the agent's
+session, runs one agent turn and verifies (a failure comes back as ``_ng_failure_*`` fields)."""
 """nemo-gym >= 0.7: servers in front of an agent (``legacy_agent`` relays ``/run`` to the one it names)."""
 SERVER_TYPES = (RESOURCES_SERVERS, RESPONSES_API_AGENTS, RESPONSES_API_MODELS, ENVIRONMENT_SERVERS)
 POLICY_MODEL = "policy_model"
@@ -52,12 +56,12 @@ class ServerInstance:
         return f"{self.name}.{self.server_type}.{self.implementation}"
 
     def relays_run_of(self, agent: str) -> bool:
-        """Whether this is an environment server that relays ``agent``'s ``/run`` unchanged (nemo-gym's
-        ``legacy_agent``: Gym's own collector posts rollouts there, not to the agent)."""
+        """Whether this is an environment server that takes ``agent``'s rows at its own ``/run`` (``FLAT_RUN_SERVERS``:
+        Gym's own collector posts rollouts there, not to the agent)."""
         ref = self.config.get("agent_server")
         return (
             self.server_type == ENVIRONMENT_SERVERS
-            and self.implementation == LEGACY_AGENT_RELAY
+            and self.implementation in FLAT_RUN_SERVERS
             and isinstance(ref, dict)
             and ref.get("name") == agent
         )
@@ -175,12 +179,43 @@ def interpolations(text: str) -> Iterator[tuple[str, str, str | None]]:
         yield resolver.strip(), var.strip(), (default.strip() if comma else None)
 
 
+INHERIT_FROM = "_inherit_from"
+"""nemo-gym's directive: ``target: {_inherit_from: source, ...}`` is ``source``'s entry with the target's keys merged
+over it, and ``source`` is moved there (it is no entry of its own any more)."""
+COPY_FROM = "_copy"
+"""The same, leaving ``source`` where it is."""
+
+
 def merged_configs(paths: list[Path]) -> dict[str, Any]:
-    """Top-level merge of several config files (later files win per instance)."""
+    """Top-level merge of several config files (later files win per instance), then nemo-gym's top-level
+    ``_inherit_from`` / ``_copy`` entries resolved (``resolve_inheritance``)."""
     merged: dict[str, Any] = {}
     for path in paths:
         merged.update(load_config(path))
-    return merged
+    return resolve_inheritance(merged)
+
+
+def resolve_inheritance(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Top-level entries that inherit (``_inherit_from``) or copy (``_copy``) another top-level entry, as nemo-gym
+    resolves them: the source's definition with the entry's own keys merged over it; an inherited source is no entry
+    of its own afterwards (Gym moves it), a copied one stays. A source that is no top-level entry is left as it is
+    (Gym's own parser says what is wrong with it)."""
+    resolved = dict(config)
+    moved: set[str] = set()
+    for name, value in config.items():
+        if not isinstance(value, Mapping):
+            continue
+        for key in (INHERIT_FROM, COPY_FROM):
+            source = value.get(key)
+            if isinstance(source, str) and isinstance(config.get(source), Mapping) and source != name:
+                own = {k: v for k, v in value.items() if k != key}
+                resolved[name] = _deep_merge(config[source], own)
+                if key == INHERIT_FROM:
+                    moved.add(source)
+                break
+    for source in moved:
+        resolved.pop(source, None)
+    return resolved
 
 
 def requirements_beyond_nemo_gym(directory: Path) -> tuple[tuple[str, ...], list[str]]:

@@ -73,6 +73,10 @@ def _error_response(status: int, error_type: str, message: str, **extra: Any) ->
     return _json_response(status, {"error": {"type": error_type, "message": message, "code": status, **extra}})
 
 
+ROLLOUT_PREFIXES = ("/ng-rollout/{rollout_id}", "/ng-rollout/{rollout_id}/training-token-capture")
+"""Path prefixes nemo-gym 0.7 puts before a model server's routes to say which rollout a call is of."""
+
+
 class RoutingProxy(LoopThreadServer):
     """An aiohttp server on 127.0.0.1, on its own event loop in a daemon thread, that routes Gym's
     policy calls to each rollout's endpoint.
@@ -140,12 +144,15 @@ class RoutingProxy(LoopThreadServer):
 
     def build_app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_request_bytes)
-        app.router.add_post("/v1/responses", self._handle_responses)
+        # nemo-gym 0.7's rollout correlation: an agent run by an environment server calls the model at
+        # <base>/ng-rollout/<rollout id>[/training-token-capture]/v1/...; Gym's model servers strip that prefix.
+        for prefix in ("", *ROLLOUT_PREFIXES):
+            app.router.add_post(f"{prefix}/v1/responses", self._handle_responses)
+            app.router.add_post(f"{prefix}/v1/chat/completions", self._handle_judge_chat)
+            app.router.add_get(f"{prefix}/v1/models", self._handle_models)
         app.router.add_post("/responses", self._handle_responses)
-        app.router.add_post("/v1/chat/completions", self._handle_judge_chat)
         app.router.add_get("/", self._handle_health)
         app.router.add_get("/health", self._handle_health)
-        app.router.add_get("/v1/models", self._handle_models)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown_path)
         return app
 

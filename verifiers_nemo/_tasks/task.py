@@ -14,6 +14,9 @@ AGENT_REF = "agent_ref"
 RECORDED_OUTPUTS = ("response", "reward")
 # Fields Gym's rollout collection stamps on rows; the harness stamps its own.
 GYM_STAMP_PREFIX = "_ng_"
+TASK_INDEX_STAMP, ROLLOUT_INDEX_STAMP = "_ng_task_index", "_ng_rollout_index"
+"""What Gym's rollout collector stamps on each row it posts to ``/run`` (both releases): nemo-gym 0.7's
+``single_agent_turn_legacy`` environment server names its episode after them."""
 _EXAMPLE_ID_FIELDS = ("id", "example_id", "task_id")
 
 
@@ -76,8 +79,9 @@ class Task:
         """The row to send to Gym's agent ``/run``.
 
         Drops ``null`` values inside ``responses_create_params`` (recordings hold explicit nulls that
-        Gym answers with 422), verify outputs of recordings (``response``, ``reward``) and Gym's own
-        ``_ng_*`` stamps, and names the resolved agent in ``agent_ref``.
+        Gym answers with 422), verify outputs of recordings (``response``, ``reward``) and the ``_ng_*`` stamps
+        they were recorded with, stamps this rollout's task and rollout indices as Gym's collector does, and names
+        the resolved agent in ``agent_ref``.
         """
         row = {
             key: value
@@ -87,6 +91,7 @@ class Task:
         row[RESPONSES_CREATE_PARAMS] = {
             key: value for key, value in self.row[RESPONSES_CREATE_PARAMS].items() if value is not None
         }
+        row[TASK_INDEX_STAMP], row[ROLLOUT_INDEX_STAMP] = self.task_index, self.rollout_index
         if self.agent_name is not None:
             row[AGENT_REF] = {"type": RESPONSES_API_AGENTS, "name": self.agent_name}
         return row
