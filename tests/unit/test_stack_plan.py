@@ -82,7 +82,7 @@ def test_an_environment_whose_agent_names_no_server_of_its_configs_is_refused_be
 INHERITED = """\
 relay_template:
   environment_servers:
-    relay:
+    single_agent_turn_legacy:
       entrypoint: app.py
       resources_server:
         type: resources_servers
@@ -94,7 +94,7 @@ relay_template:
 tiny_relay:
   _inherit_from: relay_template
   environment_servers:
-    relay:
+    single_agent_turn_legacy:
       resources_server: {type: resources_servers, name: tiny_resources}
       agent_server: {type: responses_api_agents, name: tiny_agent}
 """
@@ -213,3 +213,17 @@ def test_rollouts_go_to_an_environment_server_that_takes_rows_at_its_run(impleme
     )
     assert server.relays_run_of("a") is takes_rows
     assert not server.relays_run_of("another_agent")
+
+
+def test_an_environment_server_that_takes_typed_episodes_is_refused_before_its_stack_starts(tmp_path: Path) -> None:
+    """nemo-gym 0.7's nemo_user_sim (and single_agent_turn) take episodes, not rows: running its agents without it
+    would be another environment, so it is refused in one line naming the server, its config and what runs it."""
+    typed = CONFIG + (
+        "tiny_env:\n  environment_servers:\n    nemo_user_sim:\n      entrypoint: app.py\n"
+        "      assistant_agent:\n        type: responses_api_agents\n        name: tiny_agent\n"
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        stack_servers(_config(tmp_path, typed))
+    message = str(caught.value)
+    assert "'tiny_env' (environment_servers/nemo_user_sim, in " + str(tmp_path / "tiny.yaml") in message
+    assert "takes typed episodes" in message and "gym eval run" in message

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from .._exceptions import ConfigurationError
 from .._gym import POLICY_MODEL, ServerInstance, merged_configs, server_instances
+from .._gym.config import ENVIRONMENT_SERVERS, FLAT_RUN_SERVERS
 from .._offline import network_off_env
 from .config import HOST, StackConfig
 
@@ -35,7 +36,21 @@ def stack_servers(config: StackConfig) -> list[ServerInstance]:
         )
     names = {i.name for i in instances} | {POLICY_MODEL} | {name for name, _ in config.model_placeholders}
     refuse_unknown_references(instances, config.config_paths, names)
+    refuse_episode_servers(instances, config.config_paths)
     return instances
+
+
+def refuse_episode_servers(instances: Sequence[ServerInstance], config_paths: Sequence[str | Path]) -> None:
+    """Refuse an environment server that takes typed episodes rather than rows (nemo-gym 0.7's ``single_agent_turn``,
+    ``nemo_user_sim``): its agents would run without it, which is not the environment."""
+    for instance in instances:
+        if instance.server_type == ENVIRONMENT_SERVERS and instance.implementation not in FLAT_RUN_SERVERS:
+            raise ConfigurationError(
+                f"Gym environment server {instance.name!r} (environment_servers/{instance.implementation}, in "
+                f"{_config_defining(instance.name, config_paths)}) takes typed episodes at /run, not rows, and "
+                "verifiers-nemo does not drive those yet: its agents would run without it. Run it with nemo-gym's "
+                f"own `gym eval run`, or pick a config whose environment server is one of {sorted(FLAT_RUN_SERVERS)}."
+            )
 
 
 def refuse_unknown_references(
