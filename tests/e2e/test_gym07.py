@@ -163,7 +163,7 @@ def test_the_docs_python_replay_recipe_reproduces_every_recorded_reward_on_0_7(
     (``VERIFIERS_NEMO_GYM_PYTHON``): its taskset reads 0.7's recordings and dataset, its harness runs a 0.7 stack."""
     monkeypatch.setenv("VERIFIERS_NEMO_GYM_PYTHON", gym07)
 
-    done = asyncio.run(run_here(doc_block("ReplayServer.from_tasks")))
+    done = asyncio.run(run_here(doc_block("judge = replay.judge_endpoint()")))
 
     assert "5/5 rewards equal the recorded ones" in capsys.readouterr().out
     assert [r.error for r in done["results"]] == [None] * 5

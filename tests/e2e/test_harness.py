@@ -250,7 +250,7 @@ async def test_the_docs_python_replay_recipe_reproduces_every_recorded_reward(
     settings: shared)."""
     launch = harness.stack.launch
     with caplog.at_level(logging.INFO, logger="verifiers_nemo"):
-        done = await run_here(doc_block("ReplayServer.from_tasks"))
+        done = await run_here(doc_block("judge = replay.judge_endpoint()"))
 
     assert "5/5 rewards equal the recorded ones" in capsys.readouterr().out
     assert [r.error for r in done["results"]] == [None] * 5
