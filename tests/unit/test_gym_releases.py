@@ -121,3 +121,21 @@ def test_a_project_folder_with_files_named_like_standard_modules_does_not_break_
     assert done.returncode == 0, done.stderr
     (row,) = [r for r in json_module.loads(done.stdout) if r["name"] == "mcqa"]
     assert row["extra_deps_state"] == "to install"  # the runtime's packages were read: tiktoken is not among them
+
+
+def test_a_gym_version_asked_for_is_never_silently_another_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This interpreter has nemo-gym 0.4 (the suite's .venv). gym_version="0.4" runs it; gym_version="0.7" does not
+    fall back to it: it asks for a managed 0.7 runtime (which needs Python 3.13.14: refused here, saying so); and
+    a named interpreter of another release than the one asked for is refused, naming both."""
+    monkeypatch.delenv("VERIFIERS_NEMO_GYM_PYTHON", raising=False)
+    here = find_gym_runtime()
+    assert releases.series_of(here.nemo_gym_version) == "0.4"
+    assert find_gym_runtime(gym_version="0.4").python == here.python
+
+    fake_pythons(tmp_path, monkeypatch, "3.13.0", "3.12.5")
+    with pytest.raises(GymRuntimeError, match=r"nemo-gym 0\.7 needs Python 3\.13\.14 or newer"):
+        find_gym_runtime(gym_version="0.7")
+    with pytest.raises(GymRuntimeError, match=r"gym_version '0\.7' was asked for.*has nemo-gym 0\.4\.0: name one"):
+        find_gym_runtime(sys.executable, gym_version="0.7")

@@ -319,9 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--env-args",
         type=_json_object,
         metavar="JSON",
-        help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, gym_python, max_steps "
-        "(Gym's step bound for simple agents whose config sets none; default 100), ... (and nemo_env with ENV "
-        "nemo-gym-env)",
+        help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, gym_python, gym_version, "
+        "max_steps (Gym's step bound for simple agents whose config sets none; default 100), ... (and nemo_env with "
+        "ENV nemo-gym-env)",
     )
 
     scale = ev.add_argument_group("scale out on Ray (each actor owns one Gym stack; needs verifiers-nemo[ray])")

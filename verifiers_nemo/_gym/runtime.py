@@ -223,7 +223,9 @@ def _managed_runtime(build: bool, asked: str | None) -> GymRuntime:
 
 
 @functools.cache
-def _resolve(explicit: str | None, build: bool, asked: str | None) -> GymRuntime:
+def _resolve(explicit: str | None, build: bool, asked: str | None, series: str | None = None) -> GymRuntime:
+    """The runtime of the documented order; ``series``: a ``gym_version`` argument, which a named interpreter must
+    match and for which this interpreter's nemo-gym of another series does not count."""
     if explicit:
         # Absolute (servers run in other directories) but not resolved: a venv's link keeps its venv.
         python = Path(os.path.abspath(Path(explicit).expanduser()))
@@ -233,10 +235,18 @@ def _resolve(explicit: str | None, build: bool, asked: str | None) -> GymRuntime
                 f"{python} has no nemo-gym. Install it there (`{python} -m pip install "
                 f"'{NEMO_GYM_REQUIREMENT}'`) or unset {GYM_PYTHON_ENV_VAR}."
             )
-        return _runtime_from_probe(python, info)
+        runtime = _runtime_from_probe(python, info)
+        if series and releases.series_of(runtime.nemo_gym_version) != releases.release(series).series:
+            raise GymRuntimeError(
+                f"gym_version {series!r} was asked for, and the Gym interpreter named ({python}: gym_python or "
+                f"{GYM_PYTHON_ENV_VAR}) has nemo-gym {runtime.nemo_gym_version}: name one of the two."
+            )
+        return runtime
     current = _current_runtime()
-    if current is not None:
-        return current
+    if current is not None and (
+        not series or releases.series_of(current.nemo_gym_version) == releases.release(series).series
+    ):
+        return current  # this interpreter's nemo-gym, unless another series was asked for: then a managed one
     return _managed_runtime(build, asked)
 
 
@@ -247,7 +257,7 @@ def find_gym_runtime(
     (else ``VERIFIERS_NEMO_GYM_VERSION``) picks the nemo-gym series of a managed runtime."""
     asked = gym_version or os.environ.get(releases.GYM_VERSION_ENV_VAR) or None
     explicit = str(gym_python) if gym_python else os.environ.get(GYM_PYTHON_ENV_VAR) or None  # read now, each call
-    return _resolve(explicit, build, asked)
+    return _resolve(explicit, build, asked, gym_version)
 
 
 def gym_root(gym_python: str | os.PathLike[str] | None = None, gym_version: str | None = None) -> Path:
