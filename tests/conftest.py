@@ -101,6 +101,8 @@ def session_ray_heads(request: pytest.FixtureRequest) -> Iterator[_SessionHeads 
 
 
 LONGEST_FIRST = (
+    "tests/e2e/test_offline.py",
+    "tests/e2e/test_docs.py",
     "tests/e2e/test_gym07.py",
     "tests/e2e/test_replay.py",
     "tests/e2e/test_verifiers_env.py",
@@ -111,7 +113,6 @@ LONGEST_FIRST = (
     "tests/e2e/test_own_envs_guide.py",
     "tests/e2e/test_own_envs.py",
     "tests/e2e/test_gym07_catalogue.py",
-    "tests/e2e/test_docs.py",
     "tests/e2e/test_training_recipe.py",
     "tests/faults/test_first_use.py",
     "tests/e2e/test_options.py",
