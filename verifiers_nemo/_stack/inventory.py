@@ -141,7 +141,7 @@ def take_inventory(helpers_root: Path | None) -> Inventory:
             stacks[folder] = []
     return Inventory(
         stacks=[_stack(run_dir, pids) for run_dir, pids in sorted(stacks.items())],
-        helpers=[h for folder in _entries(helpers_root) if (h := _helper(folder)) is not None],
+        helpers=[h for folder in _entries(helpers_root) if (h := _helper(folder, mine)) is not None],
         ray_clusters=[_ray_cluster(Path(temp) / name, pids) for name, pids in sorted(clusters.items())],
         folders={
             "run folders": runs_dir,
@@ -204,14 +204,15 @@ def _stop_helper(helper: Helper) -> str:
     return f"{helper.kind} {helper.folder}: stopped {stopped} process(es)"
 
 
-def _helper(folder: Path) -> Helper | None:
+def _helper(folder: Path, mine: list[tuple[int, dict[str, str], str]] | None = None) -> Helper | None:
+    """The helper in ``folder``; ``mine``: this user's processes as read once for the whole inventory (None: now)."""
     for name, kind in _STATE_FILES.items():
         state = read_state(folder / name)
         if state is None or type(state.get("pid")) is not int:
             continue
         pid = state["pid"]
         alive = start_time(pid) == state.get("started") and process_is_mine(pid)
-        pids = [p for p, _, _ in _my_processes() if process_sid(p) == pid]
+        pids = [p for p, _, _ in (mine if mine is not None else _my_processes()) if process_sid(p) == pid]
         return Helper(
             kind=kind,
             folder=folder,
