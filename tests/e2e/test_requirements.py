@@ -1,6 +1,7 @@
 """An environment whose Gym server needs packages beyond nemo-gym starts without the user installing
-anything: its requirements go into an environment derived from the Gym runtime, once, and its recorded
-rollouts replay through the real stack."""
+anything: its requirements go into an environment derived from the Gym runtime, once, its server starts warm
+(forked, as every other Gym process) in that environment, and its recorded rollouts replay through the real
+stack."""
 
 from __future__ import annotations
 
@@ -28,14 +29,14 @@ def test_env_with_extra_requirements_installs_them_once_and_replays_its_recordin
     replay = ReplayServer.from_tasks(tasks).start()
     harness = NeMoGymHarness(ENV, timeout=120)
 
-    async def run() -> tuple[list, dict[Path, str]]:
+    async def run() -> tuple[list, dict[Path, tuple[str, int]]]:
         async with harness:
             results = [r async for r in harness.run(tasks, replay.endpoint_for, concurrency=2)]
-            return results, _virtual_envs(harness.stack.info().pids)
+            return results, _virtual_envs(harness.stack.info().pids), harness.stack.launch.supervisor.pid
 
     try:
         harness.check()  # no longer refused before anything starts
-        results, venvs = asyncio.run(run())
+        results, venvs, supervisor = asyncio.run(run())
     finally:
         replay.stop()
 
@@ -44,23 +45,27 @@ def test_env_with_extra_requirements_installs_them_once_and_replays_its_recordin
         assert math.isclose(result.reward, task.recorded_reward)
     env = derived_env(runtime, requirements, base=gym_root / "resources_servers" / ENV)
     assert env.ready
-    assert venvs[gym_root / "resources_servers" / ENV] == str(env.path)  # the server ran in it
-    assert venvs[gym_root / "responses_api_agents" / "simple_agent"] == str(runtime.prefix)
+    assert venvs[gym_root / "resources_servers" / ENV] == (str(env.path), supervisor)  # in it, forked warm
+    assert venvs[gym_root / "responses_api_agents" / "simple_agent"] == (str(runtime.prefix), supervisor)
     assert missing_requirements({ENV: requirements}, runtime), "the shared runtime was altered"
 
 
-def _virtual_envs(pids: tuple[int, ...]) -> dict[Path, str]:
-    """The venv (``VIRTUAL_ENV``) each Gym server process of ``pids`` runs in, by its folder."""
+def _virtual_envs(pids: tuple[int, ...]) -> dict[Path, tuple[str, int]]:
+    """The venv (``VIRTUAL_ENV``) each Gym server process of ``pids`` runs in, and its parent's pid, by its
+    folder (a server's launcher stands in its folder too: the server is the one that is not a launcher)."""
     venvs = {}
     for pid in pids:
         try:
             cwd = Path(f"/proc/{pid}/cwd").resolve()
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            launcher = "warm-launchers" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
+        parent = int(stat[stat.rfind(")") + 2 :].split()[1])
         for item in environ:
-            if item.startswith(b"VIRTUAL_ENV="):
-                venvs[cwd] = item.split(b"=", 1)[1].decode()
+            if item.startswith(b"VIRTUAL_ENV=") and not launcher:
+                venvs[cwd] = (item.split(b"=", 1)[1].decode(), parent)
     return venvs
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from verifiers_nemo._gym.derived_env import ensure_derived_env
 from verifiers_nemo._gym.runtime import find_gym_runtime
 from verifiers_nemo._stack.config import StackConfig
 from verifiers_nemo._stack.launchers import launcher_venv
@@ -39,11 +40,14 @@ pytestmark = pytest.mark.e2e
 GYM07 = Path(__file__).parents[2] / ".venv-gym07" / "bin" / "python"
 RELEASES = ["0.4", pytest.param("0.7", marks=pytest.mark.skipif(not GYM07.exists(), reason="no .venv-gym07"))]
 CROWD, BUSY_LOOPS = 24, 8
+EXTRA = "tiktoken"
+"""A package nemo-gym does not bring (small, with wheels and a native extension): a derived environment's."""
 
 APP = textwrap.dedent(
     """
-    import json, os, resource, signal, sys, time
+    import importlib, importlib.util, json, os, resource, signal, sys, time
     mode, out = sys.argv[1], sys.argv[2]
+    EXTRA = "tiktoken"
     def view():
         import ray  # what a Gym server imports: the state after the same imports is compared
         fds = {}
@@ -78,6 +82,10 @@ APP = textwrap.dedent(
             "stdout": [sys.stdout.line_buffering, sys.stdout.write_through, sys.stdout.encoding],
             "flags": list(sys.flags), "ray_client_mode": os.environ.get("RAY_CLIENT_MODE"),
             "mp_dir": __import__("multiprocessing.process").process.ORIGINAL_DIR,
+            "site_prefixes": __import__("site").PREFIXES,
+            "paths": __import__("sysconfig").get_paths(),
+            # the derived environment's own package, with its native extension (absent from the runtime)
+            "extra": getattr(importlib.util.find_spec(EXTRA) and importlib.import_module(EXTRA), "__file__", None),
         }
     def report(**what):
         with open(out, "w") as f:
@@ -105,7 +113,7 @@ APP = textwrap.dedent(
 DRIVER = textwrap.dedent(
     """
     import json, os, signal, subprocess, sys, textwrap, time
-    app_dir, plain_venv, warm_venv, out = sys.argv[1:5]
+    app_dir, plain_venv, warm_venv, derived_venv, derived_warm_venv, out = sys.argv[1:7]
     def start(venv, mode, name):
         result = os.path.join(app_dir, f"{name}.json")
         command = f"cd {app_dir} && source {venv}/bin/activate && X=1 exec python app.py {mode} {result}"
@@ -150,6 +158,12 @@ DRIVER = textwrap.dedent(
         proc.kill()
         proc.wait(timeout=60)
         results[f"{how}-killed"] = {"report": report, "app_gone": bool(report) and gone(report["pid"])}
+    # A server in an environment derived from the runtime (its extra packages), plain and through its launcher venv.
+    for how, venv in (("derived-plain", derived_venv), ("derived-warm", derived_warm_venv)):
+        for mode in ("view", "exit3"):
+            proc, result = start(venv, mode, f"{how}-{mode}")
+            _, err = proc.communicate(timeout=120)
+            results[f"{how}-{mode}"] = {"code": proc.returncode, "stderr": err, "report": reported(result, 1)}
     # A process of another session (a user's, another stack's) asks this stack's warm supervisor: no answer.
     knock = textwrap.dedent('''
         import socket, sys
@@ -195,7 +209,9 @@ def _run_driver(tmp: Path, python: str | None, warm: bool) -> dict[str, Any]:
     (tmp / "driver.py").write_text(f"#!{runtime.python}\n{DRIVER}")  # a script of the runtime, as ng_run is
     (tmp / "driver.py").chmod(0o755)
     out = tmp / "results.json"
-    argv = [str(tmp / "driver.py"), str(apps), str(runtime.prefix), str(launcher_venv(runtime)), str(out)]
+    derived = ensure_derived_env(runtime, (EXTRA,), label="the warm start's fault tests").path
+    venvs = [runtime.prefix, launcher_venv(runtime), derived, launcher_venv(runtime, derived)]
+    argv = [str(tmp / "driver.py"), str(apps), *map(str, venvs), str(out)]
     spec = {"argv": argv, "cwd": str(tmp), "log": str(tmp / "driver.log"), "grace_s": 2.0, "ports": [],
             "remove": [], "logs": []}  # fmt: skip
     env = {**env, "BUSY": str(BUSY_LOOPS), "CROWD": str(CROWD if warm else 0)}
@@ -236,6 +252,23 @@ def test_a_forked_server_sees_what_a_fresh_interpreter_sees(runs: dict[str, Any]
     results = runs["warm"]["results"]
     plain, warm = results["plain-view"]["report"]["view"], results["warm-view"]["report"]["view"]
     assert warm == plain
+
+
+def test_a_server_with_extra_packages_is_forked_too_and_sees_what_its_own_interpreter_sees(
+    runs: dict[str, Any],
+) -> None:
+    """A server whose requirements live in an environment derived from the runtime: its launcher venv runs the
+    launcher on that environment's interpreter, and the fork takes on its prefix, ``sys.path`` and ``sysconfig``
+    paths; its own packages (a native extension among them) import from it as in its plain interpreter."""
+    results = runs["warm"]["results"]
+    plain, warm = results["derived-plain-view"]["report"], results["derived-warm-view"]["report"]
+    assert warm["forked"] and not plain["forked"]
+    assert warm["view"] == plain["view"]
+    derived = plain["view"]["prefix"][0]
+    assert derived != runs["warm"]["results"]["plain-view"]["report"]["view"]["prefix"][0]
+    assert plain["view"]["extra"].startswith(derived) and plain["view"]["paths"]["purelib"].startswith(derived)
+    assert results["derived-warm-exit3"]["code"] == results["derived-plain-exit3"]["code"] == 3
+    assert results["derived-warm-exit3"]["report"]["forked"]
 
 
 def test_exit_codes_and_deaths_by_signal_are_those_of_the_plain_start(runs: dict[str, Any]) -> None:
@@ -294,6 +327,8 @@ def test_without_a_warm_supervisor_the_launcher_starts_the_plain_interpreter(run
         assert results[f"warm-{mode}"].get("code") == results[f"plain-{mode}"].get("code"), mode
     assert results["warm-view"]["report"]["view"] == results["plain-view"]["report"]["view"]
     assert results["warm-killed"]["app_gone"]
+    assert not results["derived-warm-view"]["report"]["forked"]  # its own interpreter, as the plain start's
+    assert results["derived-warm-view"]["report"]["view"] == results["derived-plain-view"]["report"]["view"]
 
 
 def test_a_stack_the_warm_start_cannot_serve_starts_the_plain_way_and_says_so_once(

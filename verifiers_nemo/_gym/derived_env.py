@@ -5,7 +5,8 @@ adds the runtime's site-packages after its own: nemo-gym and its dependencies co
 server's extra packages from the derived venv (they take precedence). The runtime is never written to.
 
 Installs are constrained so that a requirement cannot silently change what nemo-gym runs on: first to the
-runtime's exact versions (the derived venv then only adds packages); when that cannot resolve (a
+runtime's exact versions (the derived venv then adds packages, and copies, at those versions, of the
+runtime's packages they depend on: uv does not see the runtime's); when that cannot resolve (a
 requirement pins another version of a package the runtime has), to the version ranges nemo-gym and its
 dependencies declare. When that cannot resolve either, the error is uv's own explanation.
 

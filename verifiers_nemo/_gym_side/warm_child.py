@@ -22,9 +22,14 @@ Gym server; the warm supervisor itself for ``ng_run``) is when it starts running
   library's own spawn sets it the same way in its children) and numpy's legacy global random generator
   (reseeded from the OS, as its import does; Python's ``random`` reseeds itself after a fork).
 
+A requester may run the same Python binary from another venv (an environment derived from the runtime, holding
+a server's extra packages): the fork takes on that venv's prefixes (``sys``, ``site``, ``sysconfig``) and path.
+
 What stays the warm parent's, measured and said: the string hash seed (one per warm parent, not per server),
 the set of modules already imported (the preload; a module the server would never have imported is there,
-unused), and pyarrow's jemalloc without its background purge thread (as in any forked child of it).
+unused; a preloaded module of which the requester's venv holds a byte-identical copy is the runtime's, its
+``__file__`` in the runtime's folder), and pyarrow's jemalloc without its background purge thread (as in any
+forked child of it).
 Which requests cannot be served this way at all is ``refusal``'s (the launcher then starts the plain way).
 Standard library only.
 """
@@ -98,7 +103,7 @@ def refusal(request: Mapping[str, Any], preload: Mapping[str, Any], own_path: bo
     itself set) and in every ``NATIVE`` one; and, with ``own_path`` (a launcher's request, whose ``sys.path``
     its own interpreter computed; it may differ by ``PYTHONPATH``), no folder on the path that the warm parent's
     lacks may hold a module the preload imported from elsewhere (the plain interpreter would import that one)."""
-    if request.get("interpreter") != preload["interpreter"]:
+    if not _same_interpreter(request.get("interpreter"), preload["interpreter"]):
         return "it runs another interpreter or other interpreter flags than the warm parent"
     env = request["env"]
     before, after = preload["env_before"], preload["env_after"]
@@ -123,8 +128,87 @@ def refusal(request: Mapping[str, Any], preload: Mapping[str, Any], own_path: bo
         for folder in dict.fromkeys([script_dir, *request["path"]]):
             if folder not in ours:
                 shadow = _shadowing(folder, preload["top_levels"])
-                if shadow:
+                if shadow and not _same_files(folder, shadow, preload.get("origins", {})):
                     return f"{os.path.join(folder, shadow)} would be imported instead of the preloaded {shadow}"
+                code = _pth_with_code(folder) if folder != script_dir else None
+                if code:
+                    return f"{os.path.join(folder, code)} runs code when the interpreter starts"
+    return None
+
+
+def _same_files(folder: str, entry: str, origins: Mapping[str, str]) -> bool:
+    """Whether the module ``entry`` of ``folder`` is, file for file, the preloaded one of that name: both installed
+    from wheels whose records (``*.dist-info/RECORD``) list the same files of that module with the same hashes (an
+    environment derived from the runtime holds such copies of the runtime's packages its extras depend on, at the
+    runtime's exact versions)."""
+    name = entry.partition(".")[0]
+    origin = origins.get(name)
+    if origin is None:
+        return False
+    ours, theirs = _recorded_files(folder, name), _recorded_files(origin, name)
+    return bool(ours) and ours == theirs
+
+
+def _recorded_files(folder: str, name: str) -> frozenset[tuple[str, str]] | None:
+    """The files of top-level module ``name`` and their hashes as the records of ``folder``'s distributions list
+    them (None when a file of it has no hash or no record lists it)."""
+    import csv
+
+    rows: set[tuple[str, str]] = set()
+    try:
+        infos = [e for e in os.listdir(folder) if e.endswith(".dist-info")]
+    except OSError:
+        return None
+    for info in infos:
+        try:
+            with open(os.path.join(folder, info, "RECORD"), newline="", encoding="utf-8") as f:
+                for row in csv.reader(f):
+                    path = row[0] if row else ""
+                    if (path.startswith((name + "/", name + ".")) or path == name) and "__pycache__" not in path:
+                        if len(row) < 2 or not row[1]:
+                            return None
+                        rows.add((path, row[1]))
+        except OSError:
+            continue
+    return frozenset(rows) or None
+
+
+def _same_interpreter(requested: Any, preloaded: list[Any]) -> bool:
+    """Whether a fork of the warm parent can stand for ``requested`` (``interpreter()`` of the requester): the
+    same, or the same Python binary, version and flags run from another venv on the same base (an environment
+    derived from the runtime: ``become`` then takes on that venv's prefixes; its site folders are checked by
+    ``refusal`` like any folder on the path)."""
+    if requested == preloaded:
+        return True
+    if not isinstance(requested, list) or len(requested) != len(preloaded) or requested[3:] != preloaded[3:]:
+        return False
+    executable, prefix, exec_prefix = requested[:3]
+    return (
+        os.path.realpath(executable) == os.path.realpath(preloaded[0])
+        and prefix == exec_prefix
+        and os.path.isfile(os.path.join(prefix, "pyvenv.cfg"))
+    )
+
+
+RUNTIME_PTH = "_verifiers_nemo_gym_runtime.pth"
+"""The one ``.pth`` of an environment derived from the runtime (``_gym/derived_env.py``): it adds the runtime's
+site-packages, which the warm parent has processed already."""
+
+
+def _pth_with_code(folder: str) -> str | None:
+    """A ``.pth`` file of ``folder`` with an ``import`` line (``site`` runs it when a plain interpreter starts; a
+    fork would not), other than ``RUNTIME_PTH``."""
+    try:
+        entries = sorted(e for e in os.listdir(folder) if e.endswith(".pth") and e != RUNTIME_PTH)
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            with open(os.path.join(folder, entry), encoding="utf-8", errors="replace") as f:
+                if any(line.startswith(("import ", "import\t")) for line in f):
+                    return entry
+        except OSError:
+            return entry
     return None
 
 
@@ -214,6 +298,7 @@ def become(request: Mapping[str, Any], received: list[int], preload: Mapping[str
     sys.argv[:] = list(request["argv"])
     sys.orig_argv[:] = [request["orig_argv0"], *request["argv"]]
     sys.executable = request["executable"]
+    _enter_venv(request["interpreter"][1], request["interpreter"][2])
     sys.path[:] = [*preload["path_prefix"], os.path.dirname(os.path.realpath(script)), *request["path"]]
     sys.path.extend(p for p in preload["path_suffix"] if p not in sys.path)
     # sys.path_importer_cache stays: its finders are the same folders' (and check their folders' mtimes); clearing
@@ -303,6 +388,28 @@ def _set_environ(env: Mapping[str, str], after: Mapping[str, str | None], before
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _enter_venv(prefix: str, exec_prefix: str) -> None:
+    """Take on the prefixes of the requester's venv (``_same_interpreter``) wherever the interpreter's start left
+    them: ``sys``; ``site.PREFIXES`` (each of the warm parent's prefixes there replaced); ``sysconfig``'s copies
+    taken at its import, and its variables computed from them once (computed again at their next use, as the
+    standard library itself does from 3.12.8 on when it sees the prefix changed: python/cpython#126789)."""
+    before = {sys.prefix: prefix, sys.exec_prefix: exec_prefix}
+    if (prefix, exec_prefix) == (sys.prefix, sys.exec_prefix):
+        return
+    sys.prefix, sys.exec_prefix = prefix, exec_prefix
+    site = sys.modules.get("site")
+    if site is not None and isinstance(getattr(site, "PREFIXES", None), list):
+        site.PREFIXES[:] = list(dict.fromkeys(before.get(p, p) for p in site.PREFIXES))
+    sysconfig = sys.modules.get("sysconfig")
+    if sysconfig is not None:
+        for name, value in (("_PREFIX", prefix), ("_EXEC_PREFIX", exec_prefix)):
+            if isinstance(getattr(sysconfig, name, None), str):
+                setattr(sysconfig, name, os.path.normpath(value))
+        if getattr(sysconfig, "_CONFIG_VARS", None) is not None:
+            sysconfig._CONFIG_VARS = None
+            sysconfig._CONFIG_VARS_INITIALIZED = False
 
 
 def _stdio_like_a_fresh_start() -> None:

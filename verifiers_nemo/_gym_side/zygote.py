@@ -131,6 +131,18 @@ def _chain() -> list[str]:
     return names
 
 
+def _origins(names: set[str]) -> dict[str, str]:
+    """The folder each preloaded top-level module was imported from (where it has a file: not a namespace
+    package), for ``warm_child.refusal`` to compare a copy elsewhere with."""
+    origins = {}
+    for name in names:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if isinstance(file, str):
+            here = os.path.dirname(file)
+            origins[name] = os.path.dirname(here) if os.path.basename(file).startswith("__init__.") else here
+    return origins
+
+
 def _gym_top_levels() -> set[str]:
     """Top-level import names that belong to nemo-gym's distribution (``nemo_gym``, ``resources_servers``...)."""
     tops = {name for name, dists in importlib.metadata.packages_distributions().items() if _GYM_DISTRIBUTION in dists}
@@ -202,6 +214,7 @@ class Zygote:
             "startup_path": _STARTUP_PATH,
             "path": path_now,
             "top_levels": sorted(preloaded - {m.split(".")[0] for m in _STARTUP_MODULES}),
+            "origins": _origins(preloaded - {m.split(".")[0] for m in _STARTUP_MODULES}),
             "native_env": {k: v for k, v in env_before.items() if helpers.warm_child.NATIVE.match(k)},
             "own_modules": [f"_vnr_{name}" for name in _HELPERS],
             "path_prefix": path_now[:at],

@@ -24,7 +24,7 @@ from .._gym import GymRuntime, ServerInstance, cache_dir
 from .._gym.env_vars import config_variable_names
 from .._signals import before_forced_exit
 from .config import HOST, StackConfig
-from .launchers import launcher_venv
+from .launchers import launcher_unusable, launcher_venv
 from .logs import KEEP_FAILED_LOGS, SERVER_LOGS, failure_summary, log_tail, logs_dir, server_lines, sweep_run_dirs
 from .plan import POLICY_IMPLEMENTATION, RUN_VAR, address_config, child_env, ng_run_argv, policy_model_config, run_id
 from .procs import (
@@ -117,7 +117,7 @@ def spawn(
     remove_legacy_port_locks(cache_dir() / "ports")
     refused, retry = None, False
     if warm is not None:
-        links = _link_venvs(runtime, instances, venvs, launcher_venv(runtime), config.server_dirs)
+        links = _link_venvs(runtime, instances, _warm_venvs(runtime, venvs), launcher_venv(runtime), config.server_dirs)
         try:
             with before_forced_exit():  # a second Ctrl-C now would leave the folders: the supervisor removes them
                 return _new_launch(config, instances, runtime, ray_head, links, generation, warm, deadline)
@@ -129,6 +129,15 @@ def spawn(
         launch = _new_launch(config, instances, runtime, ray_head, links, generation, None)
     launch.warm_refused, launch.warm_retry = refused, retry
     return launch
+
+
+def _warm_venvs(runtime: GymRuntime, venvs: dict[str, Path | None]) -> dict[str, Path | None]:
+    """``venvs`` for a warm launch: each environment derived from the runtime as its launcher venv (the server is
+    then forked too, where the warm parent can stand for that environment; else its launcher starts it plain)."""
+    return {
+        name: launcher_venv(runtime, venv) if venv is not None and launcher_unusable(runtime, venv) is None else venv
+        for name, venv in venvs.items()
+    }
 
 
 def _link_venvs(

@@ -106,7 +106,7 @@ class GymStack:
         self._generation += 1
         limit = waiting.deadline(self.config.start_timeout)  # the whole start's, retries included
         for attempt in range(1, _START_ATTEMPTS + 1):
-            warm = self._join_warm_parent(self.runtime, venvs)  # it prepares while the Ray head starts
+            warm = self._join_warm_parent(self.runtime)  # it prepares while the Ray head starts
             head = self._join_ray_head(self.runtime, limit)
             launch = spawn(self.config, self._instances, self.runtime, head, venvs, self._generation, warm, limit)
             if launch.warm_retry:  # the warm parent did not answer: the next start asks one that does
@@ -318,7 +318,7 @@ class GymStack:
             self._ray_head = acquire_ray_head(runtime, child_env(os.environ, runtime.bin_dir, own), deadline=limit)
         return self._ray_head
 
-    def _join_warm_parent(self, runtime: GymRuntime, venvs: dict[str, Path | None]) -> WarmParent | None:
+    def _join_warm_parent(self, runtime: GymRuntime) -> WarmParent | None:
         """The machine's warm parent this launch forks from (kept across restarts while it lives), or None for a
         plain start: turned off (``StackConfig.warm_start``, ``VERIFIERS_NEMO_WARM_START=0``) or unavailable
         (said once)."""
@@ -335,12 +335,6 @@ class GymStack:
             except WarmStartUnavailable as exc:
                 say_unavailable(str(exc))
                 return None
-        apart = sorted(name for name, venv in venvs.items() if venv is not None and venv != runtime.prefix)
-        if apart:
-            say_unavailable(
-                f"Gym servers {', '.join(apart)} run in environments derived from the runtime (their extra "
-                "requirements): they start the plain way"
-            )
         return self._warm_parent
 
     def _leave_warm_parent(self) -> None:
