@@ -268,3 +268,81 @@ async def test_a_config_whose_environment_server_inherits_gym_s_template_runs_th
     assert "5/5 rewards equal the recorded ones" in output, output[-3000:]
     rows = [json.loads(line) for path in (tmp_path / "out").rglob("results.jsonl") for line in path.open()]
     assert len(rows) == 5 and all(r["error"] is None for r in rows)
+
+
+EPISODES_CONFIG = """\
+# example_single_tool_call through 0.7's typed single_agent_turn environment server: each rollout is an episode
+# (both sessions seeded, one agent turn, verified), not a row.
+config_paths:
+  - environment_servers/single_agent_turn/configs/single_agent_turn.yaml
+
+example_single_tool_call:
+  resources_servers:
+    example_single_tool_call:
+      entrypoint: app.py
+      domain: agent
+      verified: false
+      description: Basic single-step tool calling
+tool_call_episodes_agent:
+  responses_api_agents:
+    simple_agent:
+      entrypoint: app.py
+      resources_server: {type: resources_servers, name: example_single_tool_call}
+      model_server: {type: responses_api_models, name: policy_model}
+      datasets:
+      - {name: example, type: example, jsonl_fpath: environments/tool_call_episodes/data/example.jsonl}
+tool_call_episodes:
+  _inherit_from: single_agent_turn
+  environment_servers:
+    single_agent_turn:
+      resources_server: {type: resources_servers, name: example_single_tool_call}
+      agent_server: {type: responses_api_agents, name: tool_call_episodes_agent}
+      resources_tool_transports: [direct_http]
+"""
+
+FLAKY_POLICY = """\
+import json, os
+
+SEEN = set()
+
+
+def policy(messages, tools):
+    \"\"\"Fails each task's first call (an endpoint that drops a request), then answers.\"\"\"
+    prompt = json.dumps(messages[-1])
+    with open(os.environ["CALLS_LOG"], "a") as f:
+        f.write("call\\n")
+    if prompt not in SEEN:
+        SEEN.add(prompt)
+        raise RuntimeError("dropped")
+    return "It is sunny."
+"""
+
+
+async def test_a_typed_environment_server_runs_each_rollout_as_an_episode(gym07: str, tmp_path: Path) -> None:
+    """0.7's typed `single_agent_turn` (episodes at /run, not rows), in an environment folder of one's own as
+    `gym env init` lays one out: every rollout goes through it as an episode (its answer carries the episode's task
+    identity), the recorded rewards come back, and a failure it does not call terminal (the agent's model call
+    failed) is tried again, as the next attempt of the episode, and then scores."""
+    gym = _root(gym07) / "resources_servers/example_single_tool_call/data"
+    folder = tmp_path / "root/environments/tool_call_episodes"
+    (folder / "data").mkdir(parents=True)
+    (folder / "config.yaml").write_text(EPISODES_CONFIG)
+    for name in ("example.jsonl", "example_rollouts.jsonl"):
+        (folder / "data" / name).write_bytes((gym / name).read_bytes())
+    env = {"VERIFIERS_NEMO_GYM_PYTHON": gym07, "CALLS_LOG": str(tmp_path / "calls.log")}
+
+    code, output = await _run(
+        [str(CLI), "eval", str(folder), "-n", "5", "-s", "--save-trace", "-o", "out"], tmp_path, env
+    )
+    assert code == 0, output[-3000:]
+    assert "5/5 rewards equal the recorded ones" in output, output[-3000:]
+    rows = [json.loads(line) for path in (tmp_path / "out").rglob("results.jsonl") for line in path.open()]
+    assert sorted(r["gym_result"]["_ng_task_id"]["task_id"] for r in rows) == ["0", "1", "2", "3", "4"]
+    assert {r["gym_result"]["_ng_task_id"]["taskset"] for r in rows} == {"example_single_tool_call"}
+
+    (tmp_path / "flaky.py").write_text(FLAKY_POLICY)
+    argv = [str(CLI), "eval", str(folder), "-n", "2", "--policy-script", str(tmp_path / "flaky.py"), "-o", "flaky"]
+    code, output = await _run(argv, tmp_path, env)
+    assert code == 0, output[-3000:]
+    assert "2 scored · 0 errored" in output, output[-3000:]
+    assert len((tmp_path / "calls.log").read_text().splitlines()) == 4  # each episode's failed attempt, then one more

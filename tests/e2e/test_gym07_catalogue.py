@@ -80,6 +80,8 @@ def test_envs_lists_every_environment_and_benchmark_gym_lists_with_its_kind(gym0
     # a resources server whose short name an environment claims is listed by the name that runs it
     assert ("blackjack", "environment") in by_name and ("resources_servers/blackjack", "resources server") in by_name
     assert sum(r["kind"] == "resources server" for r in rows) == 145
+    user_sim = by_name[("nemo_user_sim", "environment")]  # a typed environment server of two agents: not driven here
+    assert not user_sim["ready"] and "runs no one agent's rollouts" in user_sim["cannot_start"]
 
     table = _cli("envs", "--kind", "benchmark", cwd=tmp_path)
     assert table.returncode == 0, table.stderr

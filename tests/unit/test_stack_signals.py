@@ -83,11 +83,24 @@ def test_a_rollout_goes_through_the_environment_server_that_relays_to_its_agent(
         "legacy_agent",
         {"agent_server": {"type": "responses_api_agents", "name": "tiny_agent"}},
     )
-    other = ServerInstance("user_sim", "environment_servers", "nemo_user_sim", {"agent_server": {"name": "tiny_agent"}})
-    launch.servers["user_sim"] = (other, 34567)  # another protocol: not a relay of /run
+    other = ServerInstance(
+        "user_sim", "environment_servers", "nemo_user_sim", {"assistant_agent": {"name": "tiny_agent"}}
+    )
+    launch.servers["user_sim"] = (other, 34567)  # runs no one agent's rollouts: not in front of it
     launch.servers["tiny_environment_server"] = (relay, 45678)
     assert launch.run_url(None, "tiny") == "http://127.0.0.1:45678/run"
+    assert launch.episode_taskset(None, "tiny") is None  # a relay takes rows
     assert launch.agent_url(None, "tiny") == "http://127.0.0.1:23456"
+
+
+def test_a_rollout_of_an_agent_behind_a_typed_environment_server_goes_there_as_an_episode(tmp_path: Path) -> None:
+    launch = _launch(tmp_path, {"tiny_agent": 23456})
+    refs = {"agent_server": {"type": "responses_api_agents", "name": "tiny_agent"}}
+    refs["resources_server"] = {"type": "resources_servers", "name": "tiny_resources"}
+    typed = ServerInstance("tiny_episodes", "environment_servers", "single_agent_turn", refs)
+    launch.servers["tiny_episodes"] = (typed, 45679)
+    assert launch.run_url(None, "tiny") == "http://127.0.0.1:45679/run"
+    assert launch.episode_taskset(None, "tiny") == "tiny_resources"  # as Gym's legacy adapter names a row's task
 
 
 async def test_death_future_is_shared_and_resolved_from_another_thread() -> None:

@@ -66,6 +66,24 @@ class ServerInstance:
             and ref.get("name") == agent
         )
 
+    def takes_episodes_of(self, agent: str) -> bool:
+        """Whether this is a typed environment server that runs ``agent``'s rollouts as episodes (nemo-gym 0.7's
+        ``single_agent_turn``: ``/run`` takes an episode request, see ``_stack/episodes.py``)."""
+        ref = self.config.get("agent_server")
+        return (
+            self.server_type == ENVIRONMENT_SERVERS
+            and self.implementation not in FLAT_RUN_SERVERS
+            and isinstance(ref, dict)
+            and ref.get("name") == agent
+        )
+
+    @property
+    def episode_taskset(self) -> str:
+        """The taskset a typed environment server's episodes name: its resources server's (as Gym's
+        ``single_agent_turn_legacy`` names a flat row's task), else its own name."""
+        ref = self.config.get("resources_server")
+        return str(ref["name"]) if isinstance(ref, dict) and ref.get("name") else self.name
+
     def references(self) -> list[tuple[str, str]]:
         """Other servers this one refers to, as ``(server_type, instance_name)``."""
         refs = []

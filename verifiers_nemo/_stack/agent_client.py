@@ -17,6 +17,7 @@ import aiohttp
 
 from .._exceptions import ConfigurationError, GymAgentError, GymServerDown, InvalidResult
 from .._result import is_retryable_failure
+from .episodes import episode_record, episode_request
 from .stack import GymStack
 
 DEATH_GRACE_S = 2.0
@@ -82,11 +83,15 @@ class GymAgentClient:
             try:
                 given = self.agent_urls.get(agent or "")
                 url = f"{given}/run" if given else stack.run_url(agent)
+                taskset = None if given else stack.episode_taskset(agent)
             except ConfigurationError as exc:
                 raise GymAgentError(str(exc)) from None
             attempt = new_attempt()
             try:
-                return await self._post_run(url, attempt.body, stack, generation)
+                if taskset is None:
+                    return await self._post_run(url, attempt.body, stack, generation)
+                answer = await self._post_run(url, episode_request(attempt.body, taskset), stack, generation)
+                return episode_record(answer)
             except _NotDelivered as exc:
                 attempt.abandon()
                 if attempt_number == 1 or not await self.died(stack, generation):

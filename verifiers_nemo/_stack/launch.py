@@ -82,8 +82,17 @@ class Launch:
         """Where a rollout of ``agent`` is posted, as Gym's own collector does: the ``/run`` of the environment
         server that relays to it when the config declares one (nemo-gym >= 0.7), else the agent's own."""
         name = self._agent_name(agent, stack_name)
-        relay = next((n for n, (i, _) in self.servers.items() if i.relays_run_of(name)), name)
+        relay = next(
+            (n for n, (i, _) in self.servers.items() if i.relays_run_of(name) or i.takes_episodes_of(name)), name
+        )
         return f"http://{HOST}:{self.servers[relay][1]}/run"
+
+    def episode_taskset(self, agent: str | None, stack_name: str) -> str | None:
+        """The taskset of the typed environment server that runs ``agent``'s rollouts as episodes, or None when
+        its rollouts are rows (posted to the agent, or to a relay that takes rows)."""
+        name = self._agent_name(agent, stack_name)
+        typed = (i for i, _ in self.servers.values() if i.takes_episodes_of(name))
+        return next((i.episode_taskset for i in typed), None)
 
     def _agent_name(self, agent: str | None, stack_name: str) -> str:
         names = self.agent_names

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from .._exceptions import ConfigurationError
 from .._gym import POLICY_MODEL, ServerInstance, merged_configs, server_instances
-from .._gym.config import ENVIRONMENT_SERVERS, FLAT_RUN_SERVERS
+from .._gym.config import ENVIRONMENT_SERVERS, FLAT_RUN_SERVERS, RESPONSES_API_AGENTS
 from .._offline import network_off_env
 from .config import HOST, StackConfig
 
@@ -41,16 +41,22 @@ def stack_servers(config: StackConfig) -> list[ServerInstance]:
 
 
 def refuse_episode_servers(instances: Sequence[ServerInstance], config_paths: Sequence[str | Path]) -> None:
-    """Refuse an environment server that takes typed episodes rather than rows (nemo-gym 0.7's ``single_agent_turn``,
-    ``nemo_user_sim``): its agents would run without it, which is not the environment."""
+    """Refuse a typed environment server that runs no one agent's rollouts (nemo-gym 0.7's ``nemo_user_sim``: a
+    user and an assistant agent, several model servers): its agents would run without it, which is not the
+    environment. Those that front one agent (``single_agent_turn``: its ``agent_server``) run as episodes."""
+    agents = [i.name for i in instances if i.server_type == RESPONSES_API_AGENTS]
     for instance in instances:
-        if instance.server_type == ENVIRONMENT_SERVERS and instance.implementation not in FLAT_RUN_SERVERS:
-            raise ConfigurationError(
-                f"Gym environment server {instance.name!r} (environment_servers/{instance.implementation}, in "
-                f"{_config_defining(instance.name, config_paths)}) takes typed episodes at /run, not rows, and "
-                "verifiers-nemo does not drive those yet: its agents would run without it. Run it with nemo-gym's "
-                f"own `gym eval run`, or pick a config whose environment server is one of {sorted(FLAT_RUN_SERVERS)}."
-            )
+        if instance.server_type != ENVIRONMENT_SERVERS or instance.implementation in FLAT_RUN_SERVERS:
+            continue
+        if any(instance.takes_episodes_of(agent) for agent in agents):
+            continue
+        raise ConfigurationError(
+            f"Gym environment server {instance.name!r} (environment_servers/{instance.implementation}, in "
+            f"{_config_defining(instance.name, config_paths)}) takes typed episodes at /run and names no one "
+            "agent (agent_server) whose rollouts it runs, and verifiers-nemo drives only those: its agents would "
+            "run without it. Run it with nemo-gym's own `gym eval run`, or pick a config whose environment server "
+            f"fronts one agent (single_agent_turn, or one of {sorted(FLAT_RUN_SERVERS)})."
+        )
 
 
 def refuse_unknown_references(

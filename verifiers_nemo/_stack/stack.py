@@ -254,6 +254,11 @@ class GymStack:
         else the agent's (see ``Launch.run_url``)."""
         return self._running_launch().run_url(agent, self.config.name)
 
+    def episode_taskset(self, agent: str | None = None) -> str | None:
+        """The taskset of the typed environment server (nemo-gym 0.7's ``single_agent_turn``) that runs ``agent``'s
+        rollouts as episodes, or None when they are rows (see ``Launch.episode_taskset``)."""
+        return self._running_launch().episode_taskset(agent, self.config.name)
+
     @property
     def log_path(self) -> Path | None:
         return self._launch.log_path if self._launch else None

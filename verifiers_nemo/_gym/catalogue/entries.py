@@ -97,6 +97,9 @@ class GymConfig(_Needs):
     model_adapters: tuple[str, ...] = ()
     """The only Gym model servers (``allowed_model_types``, nemo-gym 0.7) a resources server of it accepts as the
     policy: empty when any will do."""
+    several_agent_episodes: tuple[str, ...] = ()
+    """Its typed environment servers (nemo-gym 0.7) that run no one agent's rollouts (``nemo_user_sim``), which
+    verifiers-nemo does not drive (see ``_stack/plan.refuse_episode_servers``)."""
 
     @property
     def name(self) -> str:

@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 
 from ..config import (
+    ENVIRONMENT_SERVERS,
+    FLAT_RUN_SERVERS,
     INCLUDES,
     POLICY_MODEL,
     RESOURCES_SERVERS,
@@ -93,6 +95,11 @@ def read_environment(
 def _adapter_restriction(config: GymConfig | None) -> str | None:
     """Why a config whose resources server accepts only some of Gym's own model servers as the policy cannot run
     here: Gym refuses any other policy at start, and verifiers-nemo's routing proxy is the policy."""
+    if config is not None and config.several_agent_episodes:
+        return (
+            f"its typed environment server {', '.join(config.several_agent_episodes)} runs no one agent's rollouts "
+            "(several agents and model servers), which verifiers-nemo does not drive; Gym's `gym eval run` does"
+        )
     if config is None or not config.model_adapters:
         return None
     return (
@@ -132,8 +139,12 @@ def read_config(tree: GymTree, path: Path) -> GymConfig:
     requirements: list[str] = []
     adapters: list[str] = []
     seen_types: set[tuple[str, str]] = set()
+    several_agent_episodes: list[str] = []
     for entry_name, kind, type_name, definition in server_entries(doc):
         servers.append(GymServer(entry_name, kind, type_name))
+        fronts_one_agent = isinstance(definition.get("agent_server"), Mapping)
+        if kind == ENVIRONMENT_SERVERS and type_name not in FLAT_RUN_SERVERS and not fronts_one_agent:
+            several_agent_episodes.append(f"{entry_name} (environment_servers/{type_name})")
         if kind == RESOURCES_SERVERS:
             allowed = definition.get("allowed_model_types")
             adapters += [allowed] if isinstance(allowed, str) else [str(a) for a in allowed or () if a]
@@ -171,6 +182,7 @@ def read_config(tree: GymTree, path: Path) -> GymConfig:
         requirements=tuple(dict.fromkeys(requirements)),
         problems=tuple(problems),
         model_adapters=tuple(dict.fromkeys(adapters)),
+        several_agent_episodes=tuple(several_agent_episodes),
     )
 
 
