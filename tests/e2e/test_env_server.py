@@ -10,6 +10,7 @@ stopped: the tests run in that order on it (pytest's file order).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -350,3 +351,33 @@ def test_stopped_server_leaves_no_gym_process(grown: Grown, worker_death: Worker
     left = wait_for(lambda: not grown.served.left_behind() or None, 120, "every process of the server gone")
     assert left is True
     print(f"server stopped in {took:.1f}s")
+
+
+# -- nemo-gym 0.7's own names --------------------------------------------------------------------------------
+
+
+def test_an_env_server_serves_a_gym_0_7_environment_by_the_name_gym_gives_it(vf_python: Path, tmp_path: Path) -> None:
+    """prime-rl's env server (its default pool) with `nemo_env = "arc_agi"`, 0.7's `environments/arc_agi` (0.4 has
+    no environment of that name), the orchestrator loading the same rows: every recorded reward comes back, and each
+    trace says the release that ran it."""
+    from tests.e2e.test_gym07 import gym07_runtime
+
+    gym07 = gym07_runtime()
+    runtime = {"VERIFIERS_NEMO_GYM_PYTHON": gym07}
+    config = env_config("arc_agi", recorded=True)
+    replay = replay_server("arc_agi", gym_python=gym07)
+    replay.start()
+    served = ServedEnv(tmp_path / "server", config, pool="elastic", workers=None, environ=runtime)
+    client = None
+    try:
+        client = EpisodeClient(tmp_path, served.address, config, f"{replay.url}/v1", environ=runtime)
+        client.send("arc", 5, traces=str(tmp_path / "arc.jsonl"))
+        episodes = client.wait_episodes("arc", 5, BATCH_S)
+        assert all(_recorded_reward_back(e) for e in episodes), [(e["outcome"], e.get("errors")) for e in episodes]
+        traces = [json.loads(line) for line in (tmp_path / "arc.jsonl").open()]
+        assert {t["info"]["nemo_gym"]["nemo_gym_version"] for t in traces} == {"0.7.0"}
+    finally:
+        if client is not None:
+            client.close()
+        served.stop()
+        replay.stop()

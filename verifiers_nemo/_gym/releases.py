@@ -92,10 +92,12 @@ def choose(asked: str | None = None) -> tuple[GymRelease, Path, tuple[int, int, 
             version, python = usable[-1]
             return candidate, python, version
     needs = "; ".join(_needs(r) for r in wanted)
+    example = " or ".join(f"`pyenv install {_dotted(r.python_min if r.python_max is None else r.python_max)}`"
+                          for r in wanted)  # fmt: skip
     raise GymRuntimeError(
         f"No Python here can run {'nemo-gym ' + asked if asked else 'any nemo-gym release'} ({needs}); "
         f"found {', '.join(f'{p} ({_dotted(v)})' for p, v in found) or 'none'}. Install one (e.g. "
-        "`pyenv install 3.12`), or point VERIFIERS_NEMO_GYM_PYTHON at an interpreter that has nemo-gym."
+        f"{example}), or point VERIFIERS_NEMO_GYM_PYTHON at an interpreter that has nemo-gym."
     )
 
 
