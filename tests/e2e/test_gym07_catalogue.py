@@ -267,10 +267,12 @@ def _gym_s_own_aggregation(results: list[dict[str, Any]]) -> dict[str, Any]:
         entry["_ng_task_index"], entry["_ng_rollout_index"] = record["task_index"], record["rollout_index"]
         verify.append(entry)
     server_dir = _root(str(GYM07_PYTHON)) / "resources_servers" / "math_with_judge"
-    python = next(
+    runtime_site = str(GYM07_PYTHON.parents[1] / "lib" / "python3.13" / "site-packages")
+    python = next(  # this runtime's: the cache may hold others' (the offline tests build one for a copied runtime)
         p / "bin" / "python"
         for p in (cache_dir() / "derived-envs").iterdir()
         if list(p.glob("lib/python3.13/site-packages/math_verify"))
+        and f"'{runtime_site}'" in "".join(f.read_text() for f in p.glob("lib/python3.13/site-packages/*.pth"))
     )
     done = subprocess.run(
         [str(python), "-c", GYM_AGGREGATION], input=json.dumps(verify), capture_output=True, text=True, cwd=server_dir
