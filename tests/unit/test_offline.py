@@ -17,7 +17,7 @@ from verifiers_nemo._gym import GymRuntime
 from verifiers_nemo._offline import OFFLINE_DIR_VAR, OfflineFolder, network_off_env, offline_folder
 from verifiers_nemo._offline.gather import gather
 from verifiers_nemo._offline.network_use import download_calls, network_cell, network_uses
-from verifiers_nemo._scale.ray_cluster import with_offline_dir
+from verifiers_nemo._scale.ray_cluster import DRIVER_SETTINGS, with_driver_settings
 from verifiers_nemo._stack.config import StackConfig
 from verifiers_nemo._stack.plan import child_env
 
@@ -124,12 +124,27 @@ def test_envs_json_says_what_a_run_reaches_the_network_for() -> None:
 
 
 def test_ray_actors_get_the_folder_unless_the_user_s_runtime_env_sets_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(OFFLINE_DIR_VAR, raising=False)
-    assert with_offline_dir(None) is None
+    for name in DRIVER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    assert with_driver_settings(None) is None
     monkeypatch.setenv(OFFLINE_DIR_VAR, "/shared/offline-folder")
-    assert with_offline_dir(None) == {"env_vars": {OFFLINE_DIR_VAR: "/shared/offline-folder"}}
+    assert with_driver_settings(None) == {"env_vars": {OFFLINE_DIR_VAR: "/shared/offline-folder"}}
     mine = {"env_vars": {OFFLINE_DIR_VAR: "/elsewhere", "A": "1"}, "pip": ["x"]}
-    assert with_offline_dir(mine) == {"env_vars": {OFFLINE_DIR_VAR: "/elsewhere", "A": "1"}, "pip": ["x"]}
+    assert with_driver_settings(mine) == {"env_vars": {OFFLINE_DIR_VAR: "/elsewhere", "A": "1"}, "pip": ["x"]}
+
+
+def test_ray_actors_start_their_stacks_under_the_driver_s_limit_and_warm_start_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in DRIVER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("VERIFIERS_NEMO_START_TIMEOUT", "1200")
+    monkeypatch.setenv("VERIFIERS_NEMO_WARM_START", "0")
+    monkeypatch.setenv("VERIFIERS_NEMO_GYM_PYTHON", "/this/node/only/python")  # a path of this machine's: not sent
+    assert with_driver_settings({"pip": ["x"]}) == {
+        "pip": ["x"],
+        "env_vars": {"VERIFIERS_NEMO_START_TIMEOUT": "1200", "VERIFIERS_NEMO_WARM_START": "0"},
+    }
 
 
 @pytest.mark.skipif(not GYM07.exists(), reason="the nemo-gym 0.7 test runtime (.ci/setup-gym07)")

@@ -118,3 +118,24 @@ def test_a_byte_identical_copy_of_a_preloaded_module_is_served_and_another_versi
     assert warm_child.refusal(request(theirs, [str(copy_site), *recorded["path"]], tmp_path), recorded) is None
     reason = warm_child.refusal(request(theirs, [str(other_site), *recorded["path"]], tmp_path), recorded)
     assert reason == f"{other_site / 'shared_dep.py'} would be imported instead of the preloaded shared_dep.py"
+
+
+def test_a_server_started_the_plain_way_is_said_once_in_the_run_s_output_naming_it_and_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from verifiers_nemo._gym_side.warm_supervisor import SERVER_STARTS_PLAIN
+    from verifiers_nemo._stack.warm_parent import say_plain_servers
+
+    why = f"{tmp_path}/site-packages/regex would be imported instead of the preloaded regex"
+    line = SERVER_STARTS_PLAIN.format(server="mcqa/app.py", reason=why)
+    log = tmp_path / "stack.log"
+    log.write_text(f"(mcqa) starting\n[verifiers_nemo] {line}\n(mcqa) {line}\n[verifiers_nemo] {line}\n")
+    with caplog.at_level("WARNING", logger="verifiers_nemo"):
+        say_plain_servers("mcqa", log)
+        say_plain_servers("mcqa", log)  # a restart of the same stack: said already
+        say_plain_servers("mcqa", tmp_path / "gone.log")  # a log already removed: nothing to say
+    said = [r.getMessage() for r in caplog.records if "plain way" in r.getMessage()]
+    assert said == [
+        f"Gym stack mcqa: mcqa/app.py starts the plain way (no warm start; it runs the same, its start is slower): "
+        f"{why}"
+    ]

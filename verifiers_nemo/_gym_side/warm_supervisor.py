@@ -33,6 +33,8 @@ import sys
 from typing import Any
 
 _REQUEST_TIMEOUT_S = 10.0
+SERVER_STARTS_PLAIN = "server {server} starts the plain way: {reason}"
+"""The stack log's line (after ``[verifiers_nemo] ``) for a server this supervisor did not fork, and why."""
 _RESET_FOR_NG_RUN = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM}
 
 
@@ -225,7 +227,8 @@ class WarmSupervisor:
                 reason = "its descriptors did not arrive"
             if reason is None:
                 return channel, request, fds
-            self._say(f"{os.path.basename(request['argv'][0])} starts the plain way: {reason}")
+            server = os.path.join(os.path.basename(request["cwd"]), os.path.basename(request["argv"][0]))
+            self._say(SERVER_STARTS_PLAIN.format(server=server, reason=reason))
             channel.send({"refused": reason})
         except (OSError, EOFError, ValueError, KeyError) as exc:
             self._say(f"a launcher's request was not served: {exc!r}")

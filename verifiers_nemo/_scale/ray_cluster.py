@@ -199,7 +199,7 @@ class RayCluster:
                     "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True),
                     **dict(placement.actor_options or {}),
                 }
-                options["runtime_env"] = with_offline_dir(options.get("runtime_env"))
+                options["runtime_env"] = with_driver_settings(options.get("runtime_env"))
                 actor = remote.options(**options).remote(env, harness_args)
                 self.workers.append(RayWorker(actor, env, node))
         return self.workers
@@ -220,17 +220,20 @@ class RayCluster:
             self._temp_dir = None
 
 
-def with_offline_dir(runtime_env: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``runtime_env`` with this process's ``VERIFIERS_NEMO_OFFLINE_DIR`` among its ``env_vars`` (a value the
-    user's own runtime_env sets wins): the actors of a cluster started without it install from the same folder.
-    The folder must be at that path on every node (a shared filesystem)."""
-    from .._offline import OFFLINE_DIR_VAR
+DRIVER_SETTINGS = ("VERIFIERS_NEMO_OFFLINE_DIR", "VERIFIERS_NEMO_START_TIMEOUT", "VERIFIERS_NEMO_WARM_START")
+"""The variables set where the run starts that its actors take too (a node's own shell may lack them)."""
 
-    folder = os.environ.get(OFFLINE_DIR_VAR)
-    if not folder:
+
+def with_driver_settings(runtime_env: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``runtime_env`` with this process's ``DRIVER_SETTINGS`` among its ``env_vars`` (a value the user's own
+    runtime_env sets wins): the actors of a cluster started without them install from the same offline folder,
+    and start their stacks under the same limit and warm-start setting. An offline folder must be at that path on
+    every node (a shared filesystem)."""
+    settings = {name: os.environ[name] for name in DRIVER_SETTINGS if os.environ.get(name)}
+    if not settings:
         return dict(runtime_env) if runtime_env is not None else None
     merged = dict(runtime_env or {})
-    merged["env_vars"] = {OFFLINE_DIR_VAR: folder, **dict(merged.get("env_vars") or {})}
+    merged["env_vars"] = {**settings, **dict(merged.get("env_vars") or {})}
     return merged
 
 

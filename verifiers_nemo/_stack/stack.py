@@ -41,6 +41,7 @@ from .warm_parent import (
     WarmStartUnavailable,
     acquire_warm_parent,
     release_warm_parent,
+    say_plain_servers,
     say_unavailable,
     stop_all_warm_parents,
     warm_start_wanted,
@@ -116,6 +117,7 @@ class GymStack:
             self.begin_generation(launch)
             try:
                 wait_ready(self._launch, self.config.name, limit)
+                say_plain_servers(self.config.name, self._launch.log_path)
                 break
             except StackStartError:
                 log = log_tail(self._launch.log_path, lines=10_000)

@@ -52,6 +52,7 @@ from .._gym_side.warm_child import (
     rlimits,
     signal_state,
 )
+from .._gym_side.warm_supervisor import SERVER_STARTS_PLAIN
 from . import waiting
 from .leases import give_up_lease, lease_spec, locked, read_state, start_time, take_lease, write_state
 from .logs import logs_dir
@@ -424,6 +425,30 @@ def say_unavailable(reason: str) -> None:
     if reason not in _said:
         _said.add(reason)
         logger.warning("Gym processes start the plain way (no warm start): %s", reason)
+
+
+def say_plain_servers(stack_name: str, log_path: Path) -> None:
+    """Log, once per process and reason, each server of a stack that its warm supervisor started the plain
+    way (``log_path``: the stack's log, where the supervisor wrote why)."""
+    head, _, tail = SERVER_STARTS_PLAIN.partition("{server}")
+    head, marker = f"[verifiers_nemo] {head}", tail.partition("{reason}")[0]
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        server, found, reason = line.removeprefix(head).partition(marker)
+        if line.startswith(head) and found and (server, reason) not in _said_servers:
+            _said_servers.add((server, reason))
+            logger.warning(
+                "Gym stack %s: %s starts the plain way (no warm start; it runs the same, its start is slower): %s",
+                stack_name,
+                server,
+                reason,
+            )
+
+
+_said_servers: set[tuple[str, str]] = set()
 
 
 def release_warm_parent(parent: WarmParent) -> None:
