@@ -464,6 +464,7 @@ async def test_envs_lists_the_catalogue_and_filters_runnable(tmp_path: Path) -> 
     assert {"example_multi_step", "example_single_tool_call"} <= names
     assert all(row["runnable"] and not row["needs"] and not row["extra_deps"] for row in rows)
     assert all(row["ready"] and row["not_ready_because"] == [] for row in rows)
+    assert all(row["environment_server"] is None for row in rows)  # nemo-gym 0.4: rollouts go to the agent
     assert all(row["network_cell"] in ("-", "download?") for row in rows)  # runnable: nothing to install or call
     assert table.splitlines()[0].split() == [
         "NAME",

@@ -82,6 +82,10 @@ def test_envs_lists_every_environment_and_benchmark_gym_lists_with_its_kind(gym0
     assert sum(r["kind"] == "resources server" for r in rows) == 145
     user_sim = by_name[("nemo_user_sim", "environment")]  # a typed environment server of two agents: not driven here
     assert not user_sim["ready"] and "runs no one agent's rollouts" in user_sim["cannot_start"]
+    assert user_sim["environment_server"] == "nemo_user_sim"
+    assert by_name[("arc_agi", "environment")]["environment_server"] == "legacy_agent"  # Gym's relay to its agent
+    environments = [r for r in rows if r["kind"] == "environment"]
+    assert {r["environment_server"] for r in environments} == {"legacy_agent", "nemo_user_sim"}  # as the docs say
 
     table = _cli("envs", "--kind", "benchmark", cwd=tmp_path)
     assert table.returncode == 0, table.stderr

@@ -176,6 +176,7 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "description": env.description,
         "source": env.source,
         "agent": agent.type if agent else None,
+        "environment_server": _environment_server(env),
         "datasets": _dataset_names(env.datasets),
         "extra_deps": list(env.requirements),
         "extra_deps_state": requirements_state,
@@ -199,6 +200,15 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "network": [use.as_dict() for use in uses],
         "network_cell": network_cell(uses),
     }
+
+
+def _environment_server(env: Any) -> str | None:
+    """The Gym environment server in front of the agent (nemo-gym 0.7: ``legacy_agent``, ``single_agent_turn``...),
+    None when rollouts go to the agent itself (every 0.4 config)."""
+    from .._gym.config import ENVIRONMENT_SERVERS
+
+    servers = env.default_config.servers if env.default_config else ()
+    return next((s.type for s in servers if s.kind == ENVIRONMENT_SERVERS), None)
 
 
 def _benchmark_rows_present(env: Any) -> bool:
