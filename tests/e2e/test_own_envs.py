@@ -151,7 +151,7 @@ def test_an_exception_in_verify_is_an_error_row_naming_the_line(tmp_path: Path) 
 def test_extra_requirements_install_once_by_content_and_an_edit_of_them_rebuilds(tmp_path: Path) -> None:
     """A server needing a package the Gym runtime lacks runs in an environment derived from the runtime, keyed by
     the requirements' content: prepared once (an edit of app.py reuses it), rebuilt when the requirements change,
-    and the eval replays its recordings with the package imported."""
+    and the eval replays its recordings with the package imported; a server that cannot start warm says why."""
     app = WEATHER_APP.replace("from fastapi import FastAPI", "import xmltodict\nfrom fastapi import FastAPI")
     app = app.replace(
         'WEATHER_WORD + " in " + body.city', 'xmltodict.parse("<w>" + WEATHER_WORD + "</w>")["w"] + " in " + body.city'
@@ -162,7 +162,7 @@ def test_extra_requirements_install_once_by_content_and_an_edit_of_them_rebuilds
     first = _run("prepare", str(folder), "-v", cwd=tmp_path)
     (folder / "app.py").write_text(app + "\n# edited\n")
     again = _run("prepare", str(folder), "-v", cwd=tmp_path)
-    (folder / "requirements.txt").write_text(f"xmltodict==1.0.2,{fresh}\ntoml\n")
+    (folder / "requirements.txt").write_text(f"xmltodict==1.0.2,{fresh}\nsetuptools\n")  # its .pth runs code
     changed = _run("prepare", str(folder), "-v", cwd=tmp_path)
 
     assert [code for code, _ in (first, again, changed)] == [0, 0, 0], first[1] + again[1] + changed[1]
@@ -171,6 +171,9 @@ def test_extra_requirements_install_once_by_content_and_an_edit_of_them_rebuilds
     code, output = _run("eval", str(folder), cwd=tmp_path)
     assert code == 0, output[-3000:]
     assert "5/5 rewards equal the recorded ones" in output
+    # setuptools' distutils-precedence.pth runs code at start, so this server is not forked warm: said once, with why
+    (said,) = [line for line in output.splitlines() if "starts the plain way" in line]
+    assert "with_deps/app.py starts the plain way" in said and "distutils-precedence.pth runs code" in said
 
 
 async def test_a_judge_of_your_folder_s_config_is_routed_to_the_judge_you_give(tmp_path: Path) -> None:
