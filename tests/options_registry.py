@@ -202,6 +202,7 @@ EFFECT_TESTS: dict[str, str] = {
     "--env.agent.harness.timeout": E + "test_vf_harness_fields_build_the_harness",
     "--env.agent.harness.max-steps": E + "test_vf_harness_fields_build_the_harness",
     "--env.agent.harness.isolated-venvs": E + "test_vf_harness_fields_build_the_harness",
+    "--env.agent.harness.start-timeout": E + "test_vf_harness_fields_build_the_harness",
     "--env.agent.harness.judge-base-url": VF
     + "test_vf_eval_sends_judge_calls_to_the_configured_judge_with_its_own_key",
     "--env.agent.harness.judge-model": VF + "test_vf_eval_sends_judge_calls_to_the_configured_judge_with_its_own_key",

@@ -264,6 +264,8 @@ class GymHarnessConfig(vf.HarnessConfig):
     """Model calls per rollout for Gym agents that set no bound (``--env.agent.max-turns`` wins)."""
     isolated_venvs: bool = False
     """Give each Gym server its own venv with its requirements (slow first start)."""
+    start_timeout: float | None = Field(None, gt=0)
+    """Seconds the Gym stack's whole start may take (default ``VERIFIERS_NEMO_START_TIMEOUT``, else 600)."""
     judge_base_url: str | None = None
     """OpenAI-compatible base URL of the judge model, for environments that score with one."""
     judge_model: str | None = None
@@ -530,6 +532,7 @@ async def _shared_harness(
                 "isolated_venvs": config.isolated_venvs,
                 "max_steps": config.max_steps,
                 "timeout": config.timeout,
+                "start_timeout": config.start_timeout,
                 "judge": config.judge_endpoint(),
             }
             if config.ray is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -254,6 +255,7 @@ print(json.dumps({
     "timeout": harness.timeout,
     "max_steps": harness.options.max_steps,
     "isolated_venvs": harness.options.isolated_venvs,
+    "start_timeout": harness.options.start_timeout,
     "gym_python": harness.options.gym_python,
     "judge_api": judge.api if judge else None,
 }))
@@ -289,7 +291,7 @@ def vf_rows(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             *("--env.taskset.gym-python", sys.executable, "--env.agent.harness.timeout", "7"),
             *("--env.agent.harness.max-steps", "5", "--env.agent.harness.isolated-venvs", "true"),
             *("--env.agent.harness.judge-base-url", "http://127.0.0.1:9/v1", "--env.agent.harness.judge-model", "j"),
-            *("--env.agent.harness.judge-api", "chat"),
+            *("--env.agent.harness.judge-api", "chat", "--env.agent.harness.start-timeout", "900"),
             environ={"VERIFIERS_NEMO_GYM_PYTHON": missing},  # only --env.taskset.gym-python can find the runtime
         ),
         "file": _vf_load(*base, "--env.taskset.jsonl-path", str(two)),
@@ -325,22 +327,22 @@ def test_vf_harness_fields_build_the_harness(vf_rows: dict[str, Any]) -> None:
     )
     assert (options["timeout"], options["max_steps"], options["isolated_venvs"]) == (7.0, 5, True)
     assert options["judge_api"] == "chat" and options["gym_python"] == sys.executable
+    assert (plain["start_timeout"], options["start_timeout"]) == (None, 900.0)  # None: the variable's, else 600 s
 
 
 def test_start_timeout_bounds_the_stack_start(tmp_path: Path) -> None:
-    """A server that is not ready within ``start_timeout`` ends the start with an error naming the limit, in
-    about that time: its app sleeps ten minutes at import, so no machine, warm start or not, starts it in 1 s."""
+    """``-a '{"start_timeout": 1}'`` (``NeMoGymHarness(start_timeout=)``, which the CLI builds) ends a start that
+    is not ready in time with an error naming the limit, in about that time, leaving no run folder: the server's
+    app sleeps ten minutes at import, so no machine, warm start or not, starts it in 1 s."""
     import time
 
     from tests.own_envs import WEATHER_APP, write_weather_env
-    from verifiers_nemo import NeMoGymHarness, StackStartError
 
     folder = write_weather_env(tmp_path, "slow_start", app="import time\ntime.sleep(600)\n" + WEATHER_APP)
-    harness = NeMoGymHarness(str(folder), start_timeout=1.0)
+    cli = Path(sys.executable).with_name("verifiers-nemo")
+    argv = [str(cli), "eval", str(folder), "-n", "1", "-o", "out", "-a", json.dumps({"start_timeout": 1})]
     started = time.monotonic()
-    try:
-        with pytest.raises(StackStartError, match=r"within 1s|limit of 1s"):
-            harness.start()
-    finally:
-        harness.close()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode != 0 and re.search(r"within 1s|limit of 1s", proc.stderr), proc.stderr[-3000:]
     assert time.monotonic() - started < 60  # the limit, and stopping what had started; not the server's 600 s
+    assert not list((tmp_path / "out").glob("*/*")), "a run that never started left its folder behind"

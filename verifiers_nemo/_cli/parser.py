@@ -320,8 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_json_object,
         metavar="JSON",
         help="JSON object of environment args: dataset, jsonl_path, shuffle, seed, agent, gym_python, gym_version, "
-        "max_steps (Gym's step bound for simple agents whose config sets none; default 100), ... (and nemo_env with "
-        "ENV nemo-gym-env)",
+        "max_steps (Gym's step bound for simple agents whose config sets none; default 100), start_timeout (seconds "
+        "the Gym stack's start may take; default 600), ... (and nemo_env with ENV nemo-gym-env)",
     )
 
     scale = ev.add_argument_group("scale out on Ray (each actor owns one Gym stack; needs verifiers-nemo[ray])")
