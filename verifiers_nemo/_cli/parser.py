@@ -61,7 +61,7 @@ Examples:
   verifiers-nemo eval example_multi_step,example_single_tool_call   # a mix: one Gym stack each
   verifiers-nemo eval example_multi_step -m Qwen/Qwen3-8B -b http://gpu-node:8000/v1 -n 100 -r 4 -c 64 -s
   verifiers-nemo eval nemo-gym-env -a '{"nemo_env": "example_single_tool_call"}' -s
-  verifiers-nemo eval ./my_env --policy-script my_policy.py:policy --save-trace   # a scripted first run
+  verifiers-nemo eval ./resources_servers/my_env --policy-script my_policy.py:policy --save-trace  # scripted
   verifiers-nemo eval -R outputs/evals/example_multi_step--replay/20250101-120000-a1b2c3
 """
 
