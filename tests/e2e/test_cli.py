@@ -454,9 +454,14 @@ async def test_help_documents_every_flag(tmp_path: Path) -> None:
 
 
 async def test_envs_lists_the_catalogue_and_filters_runnable(tmp_path: Path) -> None:
-    (status, out, _), (status_table, table, _) = await asyncio.gather(
-        _cli("envs", "--runnable", "--json", cwd=tmp_path), _cli("envs", "example_", cwd=tmp_path)
+    (status, out, _), (status_table, table, _), (status_named, named, _) = await asyncio.gather(
+        _cli("envs", "--runnable", "--json", cwd=tmp_path),
+        _cli("envs", "example_", cwd=tmp_path),
+        _cli("envs", "--json", "resources_servers/arc_agi", cwd=tmp_path),  # the explicit form, as eval takes it
     )
+    assert status_named == 0 and [(r["name"], r["kind"]) for r in json.loads(named)] == [
+        ("resources_servers/arc_agi", "resources server")
+    ]
 
     assert status == 0 and status_table == 0
     rows = json.loads(out)

@@ -31,7 +31,8 @@ def cmd_envs(args: argparse.Namespace) -> int:
         if args.filter and is_path_reference(args.filter):  # a folder of yours: that one, read as eval reads it
             environments = [get_environment(args.filter, root)]
         elif args.filter:
-            environments = [e for e in environments if args.filter.lower() in e.ref.lower()]
+            matching = [e for e in environments if args.filter.lower() in e.ref.lower()]
+            environments = matching or _named(args.filter, root)
         if args.runnable:
             environments = [e for e in environments if e.runs_offline_with_nemo_gym_only]
         if args.recorded:
@@ -200,6 +201,19 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
         "network": [use.as_dict() for use in uses],
         "network_cell": network_cell(uses),
     }
+
+
+def _named(name: str, root: Any) -> list[Any]:
+    """The environment an explicit form names (``resources_servers/NAME`` on a release that lists it by its short
+    name), as eval resolves it; none when it names nothing."""
+    from .._gym import get_environment
+
+    if "/" not in name:
+        return []
+    try:
+        return [get_environment(name, root)]
+    except VerifiersNemoError:
+        return []
 
 
 def _environment_server(env: Any) -> str | None:

@@ -514,7 +514,12 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
 
     en = _command(commands, "envs", cmd_envs)
-    en.add_argument("filter", nargs="?", metavar="TEXT", help="only names containing TEXT")
+    en.add_argument(
+        "filter",
+        nargs="?",
+        metavar="TEXT",
+        help="only names containing TEXT; an explicit form (resources_servers/NAME) or a folder's path: that one",
+    )
     en.add_argument(
         "--runnable",
         action="store_true",
