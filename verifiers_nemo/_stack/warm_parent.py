@@ -417,14 +417,19 @@ def acquire_warm_parent(runtime: GymRuntime, env: Mapping[str, str], heads_dir: 
     return parent
 
 
-_said: set[str] = set()
+_said: set[tuple[str, ...]] = set()
+"""What this process has said of plain starts already (each said once per process)."""
+
+
+def _warn_once(key: tuple[str, ...], message: str, *args: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        logger.warning(message, *args)
 
 
 def say_unavailable(reason: str) -> None:
     """Log, once per process and reason, that Gym processes start the plain way, and why."""
-    if reason not in _said:
-        _said.add(reason)
-        logger.warning("Gym processes start the plain way (no warm start): %s", reason)
+    _warn_once((reason,), "Gym processes start the plain way (no warm start): %s", reason)
 
 
 def say_plain_servers(stack_name: str, log_path: Path) -> None:
@@ -438,17 +443,14 @@ def say_plain_servers(stack_name: str, log_path: Path) -> None:
         return
     for line in lines:
         server, found, reason = line.removeprefix(head).partition(marker)
-        if line.startswith(head) and found and (server, reason) not in _said_servers:
-            _said_servers.add((server, reason))
-            logger.warning(
+        if line.startswith(head) and found:
+            _warn_once(
+                (server, reason),
                 "Gym stack %s: %s starts the plain way (no warm start; it runs the same, its start is slower): %s",
                 stack_name,
                 server,
                 reason,
             )
-
-
-_said_servers: set[tuple[str, str]] = set()
 
 
 def release_warm_parent(parent: WarmParent) -> None:
