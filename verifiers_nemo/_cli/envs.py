@@ -32,7 +32,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
             environments = [get_environment(args.filter, root)]
         elif args.filter:
             matching = [e for e in environments if args.filter.lower() in e.ref.lower()]
-            environments = matching or _named(args.filter, root)
+            environments = matching or _named(args.filter, root, args.kind)
         if args.runnable:
             environments = [e for e in environments if e.runs_offline_with_nemo_gym_only]
         if args.recorded:
@@ -203,17 +203,18 @@ def _env_row(env: Any, states: dict[Path, str], gym_version: str | None = None) 
     }
 
 
-def _named(name: str, root: Any) -> list[Any]:
+def _named(name: str, root: Any, kind: str | None) -> list[Any]:
     """The environment an explicit form names (``resources_servers/NAME`` on a release that lists it by its short
-    name), as eval resolves it; none when it names nothing."""
+    name), as eval resolves it, when of ``kind`` (``--kind``); none when it names nothing."""
     from .._gym import get_environment
 
     if "/" not in name:
         return []
     try:
-        return [get_environment(name, root)]
+        env = get_environment(name, root)
     except VerifiersNemoError:
         return []
+    return [env] if not kind or env.kind == kind.replace("-", " ") else []
 
 
 def _environment_server(env: Any) -> str | None:
